@@ -1,0 +1,50 @@
+// The code that runs in the cloned child. After clone the child may make raw
+// syscalls only (no malloc, no exceptions, no logging): a raw clone skips
+// glibc's fork handlers, so everything it needs is prepared in ChildConfig.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <cstddef>
+
+#include "nsbox/caps.h"
+#include "nsbox/mounts.h"
+#include "nsbox/rlimits.h"
+
+namespace nsbox {
+
+struct ChildConfig {
+  int sync_fd;    // read end: one byte once the id maps are written; EOF aborts
+  int error_fd;   // write end, O_CLOEXEC: ChildFailure records
+  int report_fd;  // write end: our PID 1's InitReport
+  int stdin_fd;   // -1: inherit nsbox's stdio
+  int stdout_fd;
+  int stderr_fd;
+  const int* keep_fds;  // sorted; every other fd >= 3 is closed first thing
+  size_t keep_fd_count;
+
+  const RawMountOp* mounts;
+  size_t mount_count;
+  const char* hostname;
+
+  char* const* argv;
+  char* const* envp;
+  const char* search_path;  // PATH used to find argv[0] inside the sandbox
+  const char* cwd;
+  uid_t uid;
+  gid_t gid;
+  const RlimitSetting* rlimits;
+  size_t rlimit_count;
+  const CapabilityDrop* caps;
+  const sock_fprog* seccomp;
+};
+
+// Exit code of a child that failed during setup (after reporting why).
+constexpr int kSetupFailedExit = 125;
+
+// Entry of the cloned child: builds the sandbox, becomes its PID 1 and runs the
+// workload as a child of it. Never returns.
+[[noreturn]] void run_sandbox_child(const ChildConfig& config) noexcept;
+
+}  // namespace nsbox

@@ -1,0 +1,36 @@
+// Capture of the workload's stdout/stderr up to a cap. Beyond the cap the
+// pipe is still drained (so the workload never blocks on a full pipe) and the
+// capture is flagged as truncated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+class OutputCapture {
+ public:
+  OutputCapture(UniqueFd fd, uint64_t cap);
+
+  int fd() const { return fd_.get(); }
+  bool open() const { return fd_.valid(); }
+  // Reads what is available; closes the fd at EOF. Throws SysError.
+  void on_readable();
+  void close() { fd_.reset(); }
+
+  std::string& data() { return data_; }
+  bool truncated() const { return truncated_; }
+
+ private:
+  UniqueFd fd_;
+  uint64_t cap_;
+  std::string data_;
+  bool truncated_ = false;
+};
+
+// Reads exactly size bytes unless EOF comes first; returns the count read.
+size_t read_full(int fd, void* buf, size_t size);
+
+}  // namespace nsbox

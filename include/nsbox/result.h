@@ -1,0 +1,41 @@
+// Result: the machine-readable report of one run (modelled on isolate's meta file).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace nsbox {
+
+enum class RunStatus {
+  kOk,           // exited 0
+  kExitNonzero,  // exited with a non-zero code
+  kTimeout,      // killed at the wall-clock deadline
+  kKilled,       // killed by a signal (its own, or nsbox's teardown on SIGINT/SIGTERM)
+  kSetupError,   // the sandbox could not be built or the command not started
+};
+
+const char* to_string(RunStatus status);
+
+struct Result {
+  RunStatus status = RunStatus::kSetupError;
+  int exit_code = 0;           // the workload's exit code, or 128+signal
+  std::optional<int> signal;   // the signal that ended the workload
+  std::string stdout_data;
+  std::string stderr_data;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  int64_t wall_ms = 0;
+  int64_t cpu_ms = 0;
+  std::string error;           // setup failure as "step object: strerror"
+
+  // The code `nsbox run` exits with: the workload's, 128+signal, or 125/126/127
+  // for setup failures (as env(1) and the shell do).
+  int cli_exit_code() const { return exit_code; }
+};
+
+nlohmann::json to_json(const Result& result);
+
+}  // namespace nsbox

@@ -1,0 +1,54 @@
+// RunSpec: everything one sandboxed run needs, resolved and validated before
+// any namespace is created. Profiles (and later HTTP requests) produce it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nsbox {
+
+struct Limits {
+  std::chrono::milliseconds wall_time{0};  // 0: no deadline
+  uint64_t tmpfs_bytes = 64ull << 20;      // size cap of /tmp
+  uint64_t stdout_bytes = 1ull << 20;      // capture caps (--json)
+  uint64_t stderr_bytes = 1ull << 20;
+  uint64_t open_files = 1024;              // RLIMIT_NOFILE
+  uint64_t file_size = 256ull << 20;       // RLIMIT_FSIZE
+};
+
+enum class StdioMode {
+  kInherit,  // interactive: the workload gets nsbox's own stdin/stdout/stderr
+  kCapture,  // stdin is /dev/null, stdout/stderr captured up to the caps
+};
+
+struct RunSpec {
+  std::string rootfs;                 // host path of the root tree
+  std::vector<std::string> argv;      // argv[0] is searched in PATH inside
+  std::vector<std::pair<std::string, std::string>> env;  // the whole environment
+  std::string cwd = "/tmp";
+  std::string hostname = "sandbox";
+  uid_t sandbox_uid = 65534;          // ids inside the sandbox
+  gid_t sandbox_gid = 65534;
+  Limits limits;
+  StdioMode stdio = StdioMode::kInherit;
+};
+
+// The environment every run starts from; --env entries replace or add.
+std::vector<std::pair<std::string, std::string>> default_environment();
+
+// Parses "KEY=VALUE" (KEY non-empty, no '=' in it, no NUL); throws UsageError.
+std::pair<std::string, std::string> parse_env_assignment(const std::string& text);
+
+// Sets key=value in env, replacing an existing key.
+void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key,
+             std::string value);
+
+// Checks the spec for values no run may have; throws UsageError naming the field.
+void validate(const RunSpec& spec);
+
+}  // namespace nsbox

@@ -1,0 +1,46 @@
+// The seccomp filter: built once with libseccomp in the supervisor, exported as
+// a BPF program, and loaded by the child with one raw seccomp(2) call.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+// One rule of a policy, listed for docs and `nsbox doctor`.
+struct SeccompRuleInfo {
+  std::string syscall;
+  std::string condition;  // empty: every call
+  std::string action;     // "EPERM", "ENOSYS"
+  std::string reason;
+};
+
+class SeccompProgram {
+ public:
+  // The default policy: a deny list of the calls that reach kernel attack
+  // surface or the host (each rule's reason is in seccomp.cc).
+  static SeccompProgram default_policy();
+
+  SeccompProgram(const SeccompProgram&) = delete;
+  SeccompProgram& operator=(const SeccompProgram&) = delete;
+  SeccompProgram(SeccompProgram&& other) noexcept;
+  SeccompProgram& operator=(SeccompProgram&&) = delete;
+
+  // Valid while this object lives; handed to the child before clone.
+  const sock_fprog* program() const { return &prog_; }
+  size_t instruction_count() const { return filter_.size(); }
+  const std::vector<SeccompRuleInfo>& rules() const { return rules_; }
+
+ private:
+  SeccompProgram() = default;
+  std::vector<sock_filter> filter_;
+  sock_fprog prog_{};
+  std::vector<SeccompRuleInfo> rules_;
+};
+
+// Loads prog into the calling thread. Async-signal-safe; returns 0 or errno.
+int load_seccomp_program(const sock_fprog* prog) noexcept;
+
+}  // namespace nsbox

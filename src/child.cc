@@ -1,0 +1,200 @@
+#include "nsbox/child.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "nsbox/child_report.h"
+#include "nsbox/netns.h"
+#include "nsbox/seccomp.h"
+
+namespace nsbox {
+
+void report_child_failure(int fd, const char* step, const char* object, int err) noexcept {
+  ChildFailure failure{};
+  std::strncpy(failure.step, step ? step : "", sizeof(failure.step) - 1);
+  std::strncpy(failure.object, object ? object : "", sizeof(failure.object) - 1);
+  failure.err = err;
+  // One write of < PIPE_BUF... not guaranteed for 4 KiB+, but the supervisor
+  // reads until it has the whole record.
+  const char* p = reinterpret_cast<const char*>(&failure);
+  size_t left = sizeof(failure);
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+namespace {
+
+[[noreturn]] void fail(const ChildConfig& c, const char* step, const char* object, int err,
+                       int exit_code = kSetupFailedExit) noexcept {
+  report_child_failure(c.error_fd, step, object, err);
+  ::_exit(exit_code);
+}
+
+// Closes every fd >= 3 except the sorted keep list: nothing of the host
+// (a directory fd would be a way out of the new root) crosses into the sandbox.
+int close_inherited_fds(const int* keep, size_t count) noexcept {
+  unsigned int next = 3;
+  for (size_t i = 0; i < count; ++i) {
+    unsigned int fd = static_cast<unsigned int>(keep[i]);
+    if (fd > next && ::syscall(SYS_close_range, next, fd - 1, 0) != 0) return errno;
+    if (fd >= next) next = fd + 1;
+  }
+  if (::syscall(SYS_close_range, next, ~0U, 0) != 0) return errno;
+  return 0;
+}
+
+void reset_signals() noexcept {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// execvp without malloc: candidates are built in a stack buffer.
+[[noreturn]] void exec_in_path(const ChildConfig& c) noexcept {
+  const char* file = c.argv[0];
+  if (std::strchr(file, '/') != nullptr) {
+    ::execve(file, c.argv, c.envp);
+    fail(c, "execve", file, errno, errno == ENOENT ? 127 : 126);
+  }
+  int last_err = ENOENT;
+  char candidate[PATH_MAX];
+  const size_t file_len = std::strlen(file);
+  for (const char* dir = c.search_path; dir != nullptr && *dir != '\0';) {
+    const char* end = std::strchr(dir, ':');
+    size_t dir_len = end ? static_cast<size_t>(end - dir) : std::strlen(dir);
+    if (dir_len > 0 && dir_len + 1 + file_len < sizeof(candidate)) {
+      std::memcpy(candidate, dir, dir_len);
+      candidate[dir_len] = '/';
+      std::memcpy(candidate + dir_len + 1, file, file_len + 1);
+      ::execve(candidate, c.argv, c.envp);
+      if (errno != ENOENT && errno != ENOTDIR) last_err = errno;
+    }
+    dir = end ? end + 1 : nullptr;
+  }
+  fail(c, "execve", file, last_err, last_err == ENOENT ? 127 : 126);
+}
+
+// The workload: stdio, rlimits, cwd, the sandbox user, no capabilities,
+// no_new_privs, seccomp last, then execve.
+[[noreturn]] void become_workload(const ChildConfig& c) noexcept {
+  reset_signals();
+  if (c.stdin_fd >= 0) {
+    if (::dup2(c.stdin_fd, 0) < 0) fail(c, "dup2", "stdin", errno);
+    if (::dup2(c.stdout_fd, 1) < 0) fail(c, "dup2", "stdout", errno);
+    if (::dup2(c.stderr_fd, 2) < 0) fail(c, "dup2", "stderr", errno);
+  }
+  // Everything but stdio closes at execve; error_fd stays open until then.
+  if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+    fail(c, "close_range", "inherited fds", errno);
+  const char* name = nullptr;
+  if (int err = apply_rlimits(c.rlimits, c.rlimit_count, &name)) fail(c, "setrlimit", name, err);
+  if (::chdir(c.cwd) != 0) fail(c, "chdir", c.cwd, errno);
+  if (::setresgid(c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
+  if (::setresuid(c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
+  const char* step = nullptr;
+  if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "workload", err);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
+  if (int err = load_seccomp_program(c.seccomp)) fail(c, "seccomp", "load filter", err);
+  exec_in_path(c);
+}
+
+void send_report(int fd, InitReport report) noexcept {
+  while (::write(fd, &report, sizeof(report)) < 0 && errno == EINTR) {
+  }
+}
+
+// Our PID 1: reaps every orphan, forwards signals to the workload and, when
+// the workload ends, reports how and exits, which makes the kernel kill
+// whatever is left in the pid namespace (double-forked daemons included).
+[[noreturn]] void run_init(pid_t workload, int report_fd) noexcept {
+  sigset_t all;
+  sigfillset(&all);
+  for (;;) {
+    siginfo_t info{};
+    int sig = ::sigwaitinfo(&all, &info);
+    if (sig < 0) continue;
+    if (sig != SIGCHLD) {
+      ::kill(workload, sig);
+      continue;
+    }
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      if (pid != workload) continue;
+      if (WIFSIGNALED(status)) {
+        send_report(report_fd, {InitReport::kSignaled, WTERMSIG(status)});
+        ::_exit(128 + WTERMSIG(status));
+      }
+      send_report(report_fd, {InitReport::kExited, WEXITSTATUS(status)});
+      ::_exit(WEXITSTATUS(status));
+    }
+  }
+}
+
+}  // namespace
+
+void run_sandbox_child(const ChildConfig& c) noexcept {
+  // The supervisor's death kills PID 1 and with it the whole pid namespace.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  char go = 0;
+  ssize_t n;
+  while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) ::_exit(kSetupFailedExit);  // supervisor gone or gave up
+  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
+    fail(c, "close_range", "inherited fds", err);
+
+  const char* step = nullptr;
+  if (int err = c.caps->drop_bounding_and_lock(&step)) fail(c, step, "sandbox", err);
+  // Become the sandbox user first: files created while building /dev need an
+  // owner mapped in this user namespace. The capabilities held in it stay
+  // (uid 0 is not mapped here, so no setuid fixup applies, and it is locked off).
+  if (::setresgid(c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
+  if (::setresuid(c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
+  for (size_t i = 0; i < c.mount_count; ++i) {
+    if (int err = apply_mount_op(c.mounts[i], &step)) fail(c, step, c.mounts[i].target, err);
+  }
+  if (::sethostname(c.hostname, std::strlen(c.hostname)) != 0) fail(c, "sethostname", c.hostname, errno);
+  if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
+
+  sigset_t all;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  pid_t workload = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
+  if (workload < 0) fail(c, "fork", "workload", errno);
+  if (workload == 0) become_workload(c);
+
+  // PID 1 keeps nothing of the workload's plumbing and no privilege. It runs
+  // as the same user as the workload (to forward signals) but is not
+  // dumpable, so the workload cannot read or steer it through /proc.
+  for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd}) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (c.caps->clear_process_sets(&step) != 0) ::kill(workload, SIGKILL);
+  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  run_init(workload, c.report_fd);
+}
+
+}  // namespace nsbox

@@ -1,0 +1,183 @@
+#include "nsbox/doctor.h"
+
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "nsbox/error.h"
+#include "nsbox/sandbox.h"
+
+namespace nsbox {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// Tries to create the namespaces in a throwaway child; returns 0 or errno.
+int probe_unshare(int flags) {
+  pid_t pid = ::fork();
+  if (pid < 0) return errno;
+  if (pid == 0) ::_exit(::unshare(flags) == 0 ? 0 : (errno & 0x7f));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+struct Report {
+  std::ostream& out;
+  bool ok = true;
+  void line(bool good, bool required, const std::string& what, const std::string& detail) {
+    if (!good && required) ok = false;
+    out << (good ? "  ok    " : required ? "  FAIL  " : "  warn  ") << what;
+    if (!detail.empty()) out << ": " << detail;
+    out << "\n";
+  }
+};
+
+void check_namespaces(Report& r) {
+  r.out << "namespaces\n";
+  std::string max_userns = read_file("/proc/sys/user/max_user_namespaces");
+  r.line(!max_userns.empty() && max_userns != "0", true, "user namespaces allowed",
+         "max_user_namespaces=" + (max_userns.empty() ? "?" : max_userns));
+  std::string unpriv = read_file("/proc/sys/kernel/unprivileged_userns_clone");
+  if (!unpriv.empty())
+    r.line(unpriv == "1" || ::geteuid() == 0, ::geteuid() != 0, "unprivileged user namespaces",
+           "kernel.unprivileged_userns_clone=" + unpriv);
+  const std::pair<int, const char*> kinds[] = {
+      {CLONE_NEWNS, "mount"}, {CLONE_NEWPID, "pid"},   {CLONE_NEWNET, "net"},
+      {CLONE_NEWIPC, "ipc"},  {CLONE_NEWUTS, "uts"},   {CLONE_NEWCGROUP, "cgroup"},
+  };
+  int err = probe_unshare(CLONE_NEWUSER);
+  r.line(err == 0, true, "user namespace", err ? std::strerror(err) : "created");
+  for (const auto& [flag, name] : kinds) {
+    err = probe_unshare(CLONE_NEWUSER | flag);
+    r.line(err == 0, true, std::string(name) + " namespace", err ? std::strerror(err) : "created");
+  }
+  HostIds ids = choose_host_ids();
+  r.line(ids.uid != 0, true, "sandbox user 65534 maps to host uid " + std::to_string(ids.uid),
+         ids.source);
+}
+
+void check_cgroups(Report& r) {
+  r.out << "cgroups\n";
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string line;
+  bool any_v1 = false;
+  while (std::getline(mountinfo, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    auto dash = std::find(f.begin(), f.end(), "-");
+    if (dash == f.end() || dash + 3 > f.end()) continue;
+    const std::string& fstype = *(dash + 1);
+    if (fstype == "cgroup2") {
+      std::string controllers = read_file(f[4] + "/cgroup.controllers");
+      r.line(true, false, "cgroup v2 at " + f[4],
+             "controllers: " + (controllers.empty() ? std::string("(none)") : controllers));
+    } else if (fstype == "cgroup") {
+      const std::string& opts = *(dash + 3);
+      for (const char* c : {"memory", "cpu", "pids"}) {
+        if (("," + opts + ",").find(std::string(",") + c + ",") != std::string::npos) {
+          r.line(true, false, std::string("cgroup v1 ") + c + " hierarchy", f[4]);
+          any_v1 = true;
+        }
+      }
+    }
+  }
+  if (!any_v1) r.out << "  info  no cgroup v1 memory/cpu/pids hierarchies\n";
+  r.out << "  info  resource limits through cgroups are not enforced by this version\n";
+}
+
+void check_seccomp(Report& r) {
+  r.out << "seccomp\n";
+  int mode = ::prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
+  r.line(mode >= 0, true, "seccomp filters", mode >= 0 ? "available" : std::strerror(errno));
+  std::string actions = read_file("/proc/sys/kernel/seccomp/actions_avail");
+  r.line(actions.find("kill_process") != std::string::npos, true, "actions", actions);
+  try {
+    SeccompProgram program = SeccompProgram::default_policy();
+    r.line(true, true, "default policy compiles",
+           std::to_string(program.instruction_count()) + " BPF instructions, " +
+               std::to_string(program.rules().size()) + " rules");
+  } catch (const SysError& e) {
+    r.line(false, true, "default policy compiles", e.what());
+  }
+}
+
+void check_rootfs(Report& r, const std::string& rootfs) {
+  r.out << "rootfs\n";
+  struct stat st {};
+  if (::stat(rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    r.line(false, true, "rootfs " + rootfs,
+           std::string(std::strerror(errno ? errno : ENOTDIR)) + " (build it: tools/build-rootfs)");
+    return;
+  }
+  r.line(true, true, "rootfs " + rootfs, "");
+  for (const char* bin : {"/usr/bin/python3", "/usr/local/bin/node", "/bin/sh"}) {
+    r.line(::access((rootfs + bin).c_str(), X_OK) == 0, true, std::string("has ") + bin, "");
+  }
+  std::string manifest_text = read_file(rootfs + "/etc/nsbox/manifest.json");
+  if (manifest_text.empty()) {
+    r.line(false, false, "manifest", "no /etc/nsbox/manifest.json");
+  } else {
+    auto m = nlohmann::json::parse(manifest_text, nullptr, false);
+    if (m.is_discarded()) {
+      r.line(false, false, "manifest", "not valid JSON");
+    } else {
+      auto str = [&](const char* key) { return m.contains(key) ? m[key].dump() : "?"; };
+      r.line(true, false, "manifest",
+             "built_at " + str("built_at") + ", recipe " + str("recipe_hash") + ", content " +
+                 str("content_hash"));
+    }
+  }
+  // The real thing: build a sandbox and run /bin/true in it.
+  try {
+    Launcher launcher;
+    RunSpec spec;
+    spec.rootfs = rootfs;
+    spec.argv = {"/bin/true"};
+    spec.env = default_environment();
+    spec.stdio = StdioMode::kCapture;
+    spec.limits.wall_time = std::chrono::seconds(10);
+    Result result = launcher.run(spec);
+    r.line(result.status == RunStatus::kOk, true, "test launch of /bin/true",
+           result.status == RunStatus::kOk ? std::to_string(result.wall_ms) + " ms"
+                                           : result.error + " " + result.stderr_data);
+  } catch (const std::exception& e) {
+    r.line(false, true, "test launch of /bin/true", e.what());
+  }
+}
+
+}  // namespace
+
+int run_doctor(const std::string& rootfs, std::ostream& out) {
+  Report report{out};
+  out << "nsbox " << NSBOX_VERSION << " on kernel ";
+  out << read_file("/proc/sys/kernel/osrelease") << ", running as uid " << ::geteuid() << "\n";
+  check_namespaces(report);
+  check_seccomp(report);
+  check_cgroups(report);
+  check_rootfs(report, rootfs);
+  out << (report.ok ? "nsbox can run here\n" : "nsbox cannot run here with its defaults: see FAIL lines\n");
+  return report.ok ? 0 : 1;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,33 @@
+#include "nsbox/error.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+std::string format_sys_error(const std::string& step, const std::string& object, int err) {
+  std::string msg = step;
+  if (!object.empty()) msg += " " + object;
+  msg += ": ";
+  msg += err ? std::strerror(err) : "failed";
+  return msg;
+}
+
+SysError::SysError(std::string step, std::string object, int err)
+    : std::runtime_error(format_sys_error(step, object, err)),
+      step_(std::move(step)),
+      object_(std::move(object)),
+      err_(err) {}
+
+Pipe Pipe::create(int extra_flags) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | extra_flags) != 0) throw SysError("pipe2", "", errno);
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+}  // namespace nsbox

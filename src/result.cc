@@ -1,0 +1,33 @@
+#include "nsbox/result.h"
+
+#include <nlohmann/json.hpp>
+
+namespace nsbox {
+
+const char* to_string(RunStatus status) {
+  switch (status) {
+    case RunStatus::kOk: return "ok";
+    case RunStatus::kExitNonzero: return "exit_nonzero";
+    case RunStatus::kTimeout: return "timeout";
+    case RunStatus::kKilled: return "killed";
+    case RunStatus::kSetupError: return "setup_error";
+  }
+  return "unknown";
+}
+
+nlohmann::json to_json(const Result& r) {
+  nlohmann::json j;
+  j["status"] = to_string(r.status);
+  j["exit_code"] = r.exit_code;
+  j["signal"] = r.signal ? nlohmann::json(*r.signal) : nlohmann::json(nullptr);
+  j["stdout"] = r.stdout_data;
+  j["stderr"] = r.stderr_data;
+  j["stdout_truncated"] = r.stdout_truncated;
+  j["stderr_truncated"] = r.stderr_truncated;
+  j["wall_ms"] = r.wall_ms;
+  j["cpu_ms"] = r.cpu_ms;
+  j["error"] = r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error);
+  return j;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,184 @@
+#include "nsbox/seccomp.h"
+
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+
+#include "nsbox/error.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+struct DenyRule {
+  const char* syscall;
+  int err;
+  const char* reason;
+};
+
+// Calls denied outright. Each answers EPERM (a refused privilege) unless the
+// caller should fall back to an older interface, which ENOSYS tells it to do.
+constexpr DenyRule kDenyRules[] = {
+    {"ptrace", EPERM, "inspecting or steering other processes"},
+    {"process_vm_readv", EPERM, "reading another process's memory"},
+    {"process_vm_writev", EPERM, "writing another process's memory"},
+    {"mount", EPERM, "changing the filesystem view the sandbox was given"},
+    {"umount2", EPERM, "uncovering what the masks hide"},
+    {"pivot_root", EPERM, "changing the root"},
+    {"chroot", EPERM, "chroot tricks against the root"},
+    {"fsopen", EPERM, "new mount API"},
+    {"fsconfig", EPERM, "new mount API"},
+    {"fsmount", EPERM, "new mount API"},
+    {"fspick", EPERM, "new mount API"},
+    {"move_mount", EPERM, "new mount API"},
+    {"open_tree", EPERM, "new mount API: cloning mounts"},
+    {"mount_setattr", EPERM, "new mount API: clearing read-only"},
+    {"unshare", EPERM, "new namespaces: kernel attack surface of nested user namespaces"},
+    {"setns", EPERM, "joining other namespaces"},
+    {"keyctl", EPERM, "the kernel keyring is not namespaced"},
+    {"add_key", EPERM, "the kernel keyring is not namespaced"},
+    {"request_key", EPERM, "the kernel keyring is not namespaced"},
+    {"bpf", EPERM, "eBPF programs: large kernel attack surface"},
+    {"perf_event_open", EPERM, "performance counters leak host activity"},
+    {"userfaultfd", EPERM, "a classic aid to kernel race exploits"},
+    {"kexec_load", EPERM, "replacing the kernel"},
+    {"kexec_file_load", EPERM, "replacing the kernel"},
+    {"init_module", EPERM, "loading kernel modules"},
+    {"finit_module", EPERM, "loading kernel modules"},
+    {"delete_module", EPERM, "unloading kernel modules"},
+    {"open_by_handle_at", EPERM, "opening host files by handle bypasses the mount view"},
+    {"name_to_handle_at", EPERM, "file handles identify host inodes"},
+    {"acct", EPERM, "process accounting is host-wide"},
+    {"swapon", EPERM, "swap is host-wide"},
+    {"swapoff", EPERM, "swap is host-wide"},
+    {"reboot", EPERM, "rebooting"},
+    {"syslog", EPERM, "the kernel log leaks host addresses and activity"},
+    {"settimeofday", EPERM, "the clock is host-wide"},
+    {"clock_settime", EPERM, "the clock is host-wide"},
+    {"clock_adjtime", EPERM, "the clock is host-wide"},
+    {"adjtimex", EPERM, "the clock is host-wide"},
+    {"quotactl", EPERM, "filesystem quotas are host-wide"},
+    {"quotactl_fd", EPERM, "filesystem quotas are host-wide"},
+    {"lookup_dcookie", EPERM, "profiling interface that names host paths"},
+    {"iopl", EPERM, "raw port I/O"},
+    {"ioperm", EPERM, "raw port I/O"},
+    {"uselib", EPERM, "obsolete loader with a history of bugs"},
+    {"vhangup", EPERM, "hanging up terminals"},
+    {"sethostname", EPERM, "the hostname is set by nsbox"},
+    {"setdomainname", EPERM, "the domain name is set by nsbox"},
+    {"clone3", ENOSYS, "its flags live in memory seccomp cannot inspect; glibc and libuv fall back to clone"},
+    {"io_uring_setup", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
+    {"io_uring_enter", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
+    {"io_uring_register", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
+};
+
+// Namespace flags that clone(2) may not carry: a nested namespace is kernel
+// attack surface the workload has no use for.
+constexpr std::pair<unsigned long, const char*> kCloneNamespaceFlags[] = {
+    {CLONE_NEWNS, "CLONE_NEWNS"},     {CLONE_NEWUTS, "CLONE_NEWUTS"},
+    {CLONE_NEWIPC, "CLONE_NEWIPC"},   {CLONE_NEWUSER, "CLONE_NEWUSER"},
+    {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
+    {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"},
+};
+
+// Terminal ioctls that push input into, or steer, a terminal the sandbox may
+// share with a user's shell.
+constexpr std::pair<unsigned long, const char*> kDeniedIoctls[] = {
+    {TIOCSTI, "TIOCSTI"},
+    {TIOCLINUX, "TIOCLINUX"},
+};
+
+// personality(0xffffffff) only queries; any other value changes the execution
+// domain (e.g. ADDR_NO_RANDOMIZE turns off ASLR).
+constexpr uint32_t kPersonalityQuery = 0xffffffffu;
+
+using FilterCtx = std::unique_ptr<void, decltype(&seccomp_release)>;
+
+void check(int rc, const std::string& what) {
+  if (rc < 0) throw SysError("seccomp", what, -rc);
+}
+
+int resolve(const char* name) {
+  int nr = seccomp_syscall_resolve_name(name);
+  if (nr == __NR_SCMP_ERROR) throw SysError("seccomp resolve", name, EINVAL);
+  return nr;
+}
+
+std::vector<sock_filter> export_bpf(scmp_filter_ctx ctx) {
+  UniqueFd fd(::memfd_create("nsbox-seccomp", MFD_CLOEXEC));
+  if (!fd) throw SysError("memfd_create", "nsbox-seccomp", errno);
+  check(seccomp_export_bpf(ctx, fd.get()), "export bpf");
+  off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  if (size <= 0 || size % sizeof(sock_filter) != 0) throw SysError("seccomp", "export bpf size", EINVAL);
+  std::vector<sock_filter> filter(static_cast<size_t>(size) / sizeof(sock_filter));
+  if (::pread(fd.get(), filter.data(), static_cast<size_t>(size), 0) != size)
+    throw SysError("read", "exported seccomp program", errno ? errno : EIO);
+  return filter;
+}
+
+}  // namespace
+
+SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
+    : filter_(std::move(other.filter_)), rules_(std::move(other.rules_)) {
+  prog_.len = static_cast<unsigned short>(filter_.size());
+  prog_.filter = filter_.data();
+}
+
+SeccompProgram SeccompProgram::default_policy() {
+  FilterCtx ctx(seccomp_init(SCMP_ACT_ALLOW), &seccomp_release);
+  if (!ctx) throw SysError("seccomp_init", "default policy", ENOMEM);
+  SeccompProgram program;
+  auto& rules = program.rules_;
+
+  // Syscalls of another ABI (i386 via int 0x80, x32) bypass a filter written
+  // for x86_64 numbers: kill the process outright.
+  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
+  // nsbox sets no_new_privs itself; the exported program must not assume it.
+  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "nnp");
+  rules.push_back({"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
+                   "another ABI's syscall numbers would bypass this filter"});
+
+  for (const auto& rule : kDenyRules) {
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(rule.err), resolve(rule.syscall), 0),
+          rule.syscall);
+    rules.push_back({rule.syscall, "", rule.err == EPERM ? "EPERM" : "ENOSYS", rule.reason});
+  }
+  for (const auto& [flag, name] : kCloneNamespaceFlags) {
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("clone"), 1,
+                           SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
+          std::string("clone ") + name);
+    rules.push_back({"clone", std::string("flags has ") + name, "EPERM",
+                     "nested namespaces are kernel attack surface"});
+  }
+  for (const auto& [request, name] : kDeniedIoctls) {
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("ioctl"), 1,
+                           SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffu, request)),
+          std::string("ioctl ") + name);
+    rules.push_back({"ioctl", std::string("request is ") + name, "EPERM",
+                     "injecting input into or steering a shared terminal"});
+  }
+  check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("personality"), 1,
+                         SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
+        "personality");
+  rules.push_back({"personality", "persona is not 0xffffffff (query)", "EPERM",
+                   "changing the execution domain, e.g. disabling ASLR"});
+
+  program.filter_ = export_bpf(ctx.get());
+  program.prog_.len = static_cast<unsigned short>(program.filter_.size());
+  program.prog_.filter = program.filter_.data();
+  return program;
+}
+
+int load_seccomp_program(const sock_fprog* prog) noexcept {
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) != 0) return errno;
+  return 0;
+}
+
+}  // namespace nsbox
