@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -155,16 +156,11 @@ void send_report(int fd, InitReport report) noexcept {
 }  // namespace
 
 void run_sandbox_child(const ChildConfig& c) noexcept {
-  // The supervisor's death kills PID 1 and with it the whole pid namespace.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   char go = 0;
   ssize_t n;
   while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
   }
   if (n != 1) ::_exit(kSetupFailedExit);  // supervisor gone or gave up
-  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
-    fail(c, "close_range", "inherited fds", err);
-
   const char* step = nullptr;
   if (int err = c.caps->drop_bounding_and_lock(&step)) fail(c, step, "sandbox", err);
   // Become the sandbox user first: files created while building /dev need an
@@ -172,6 +168,16 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // (uid 0 is not mapped here, so no setuid fixup applies, and it is locked off).
   if (::setresgid(c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
   if (::setresuid(c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
+  // The supervisor's death kills PID 1 and with it the whole pid namespace.
+  // Set only now: a credential change clears it. The supervisor holds the
+  // sync pipe open for the whole run, so a hang-up means it died before this.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  pollfd sync_poll{c.sync_fd, POLLIN, 0};
+  if (::poll(&sync_poll, 1, 0) != 0) ::_exit(kSetupFailedExit);
+  ::close(c.sync_fd);
+  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
+    fail(c, "close_range", "inherited fds", err);
+
   for (size_t i = 0; i < c.mount_count; ++i) {
     if (int err = apply_mount_op(c.mounts[i], &step)) fail(c, step, c.mounts[i].target, err);
   }

@@ -105,7 +105,8 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
   for (const char* file : kMaskedProcFiles) {
     plan.add({.kind = MountKind::kBind, .source = at("/dev/null"),
               .target = at("/proc/") + file, .flags = MS_BIND,
-              .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | kNoDevSuid | MS_NOEXEC,
+              // Not nodev: the mask is the /dev/null device and must open.
+              .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
               .optional = true});
   }
   for (const char* dir : kMaskedProcDirs) {

@@ -321,8 +321,9 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     }
 
     write_id_maps(proc.pid(), spec.sandbox_uid, spec.sandbox_gid, host_ids_);
+    // sync.write stays open until the run ends: the child treats its hang-up
+    // as the supervisor's death.
     if (::write(sync.write.get(), "g", 1) != 1) throw SysError("write", "sandbox sync pipe", errno);
-    sync.write.reset();
 
     const bool has_deadline = spec.limits.wall_time.count() > 0;
     Observation obs = supervise(proc, std::move(errors.read), std::move(reports.read),

@@ -1,0 +1,140 @@
+#include "fixture.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace nsbox::testing {
+
+std::string test_rootfs() {
+  const char* env = std::getenv("NSBOX_TEST_ROOTFS");
+  return env && *env ? env : NSBOX_DEFAULT_ROOTFS;
+}
+
+RunSpec capture_spec(std::vector<std::string> argv) {
+  RunSpec spec;
+  spec.rootfs = test_rootfs();
+  spec.argv = std::move(argv);
+  spec.env = default_environment();
+  spec.stdio = StdioMode::kCapture;
+  spec.limits.wall_time = std::chrono::seconds(30);
+  return spec;
+}
+
+const Launcher& launcher() {
+  static Launcher instance;
+  return instance;
+}
+
+Result run_with(const RunSpec& spec) { return launcher().run(spec); }
+Result run(std::vector<std::string> argv) { return run_with(capture_spec(std::move(argv))); }
+
+std::string python(const std::string& code) {
+  Result r = run({"python3", "-c", code});
+  EXPECT_EQ(r.status, RunStatus::kOk) << "error: " << r.error << "\nstderr: " << r.stderr_data;
+  return r.stdout_data;
+}
+
+namespace {
+
+std::string read_fd(int fd) {
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd) {
+  std::vector<char*> argv;
+  std::string binary = NSBOX_BINARY;
+  argv.push_back(binary.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (out_fd >= 0) ::dup2(out_fd, 1);
+    if (err_fd >= 0) ::dup2(err_fd, 2);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(126);
+  }
+  return pid;
+}
+
+}  // namespace
+
+int wait_cli(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+CliResult run_cli(const std::vector<std::string>& args) {
+  int out[2], err[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
+  pid_t pid = spawn(args, out[1], err[1]);
+  ::close(out[1]);
+  ::close(err[1]);
+  // Read stderr on a thread so neither pipe can fill up and block the child.
+  std::string err_text;
+  std::thread err_reader([&] { err_text = read_fd(err[0]); });
+  std::string out_text = read_fd(out[0]);
+  err_reader.join();
+  return CliResult{wait_cli(pid), out_text, err_text};
+}
+
+pid_t spawn_cli(const std::vector<std::string>& args) { return spawn(args, -1, -1); }
+
+std::vector<pid_t> host_pids_with_cmdline(const std::string& needle) {
+  std::vector<pid_t> found;
+  DIR* dir = ::opendir("/proc");
+  if (!dir) return found;
+  while (dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == ::getpid()) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/cmdline");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string cmdline = ss.str();
+    for (auto& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(needle) != std::string::npos) found.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(dir);
+  return found;
+}
+
+bool wait_for_process(const std::string& needle, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 20) {
+    if (!host_pids_with_cmdline(needle).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+bool wait_for_no_process(const std::string& needle, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 20) {
+    if (host_pids_with_cmdline(needle).empty()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string unique_token(const std::string& prefix) {
+  static int counter = 0;
+  return prefix + std::to_string(::getpid()) + "x" + std::to_string(++counter);
+}
+
+}  // namespace nsbox::testing

@@ -1,0 +1,55 @@
+// Shared helpers for tests that start real sandboxes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nsbox/result.h"
+#include "nsbox/run_spec.h"
+#include "nsbox/sandbox.h"
+
+namespace nsbox::testing {
+
+// The rootfs under test: $NSBOX_TEST_ROOTFS or the default location.
+std::string test_rootfs();
+
+// A capture-mode spec for argv on the test rootfs with a 30 s deadline.
+RunSpec capture_spec(std::vector<std::string> argv);
+
+// One Launcher for the whole test binary (it holds the compiled filter).
+const Launcher& launcher();
+
+// Runs argv in a sandbox and returns the Result.
+Result run(std::vector<std::string> argv);
+Result run_with(const RunSpec& spec);
+// Runs `python3 -c code`; fails the test unless it exited 0; returns stdout.
+std::string python(const std::string& code);
+
+// Output and exit status of the nsbox binary run with args.
+struct CliResult {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+CliResult run_cli(const std::vector<std::string>& args);
+
+// Starts the nsbox binary in the background; returns its pid.
+pid_t spawn_cli(const std::vector<std::string>& args);
+// waitpid for it; returns its exit code (128+signal when killed).
+int wait_cli(pid_t pid);
+
+// Host pids whose command line contains `needle`.
+std::vector<pid_t> host_pids_with_cmdline(const std::string& needle);
+// Polls until a process matching needle exists (true) or timeout_ms passes.
+bool wait_for_process(const std::string& needle, int timeout_ms);
+// Polls until no process matches needle (true) or timeout_ms passes.
+bool wait_for_no_process(const std::string& needle, int timeout_ms);
+
+// A string unique to this test process, for argv markers and file names.
+std::string unique_token(const std::string& prefix);
+
+}  // namespace nsbox::testing

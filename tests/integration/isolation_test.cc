@@ -1,0 +1,268 @@
+// What a workload sees of the host: nothing it was not given.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "fixture.h"
+
+namespace nsbox::testing {
+namespace {
+
+TEST(Isolation, RunsAsSandboxUserMappedToUnprivilegedHostId) {
+  std::string out = python(
+      "import os\n"
+      "print(os.getuid(), os.geteuid(), os.getgid(), os.getegid())\n"
+      "print(open('/proc/self/uid_map').read().split())\n");
+  EXPECT_NE(out.find("65534 65534 65534 65534"), std::string::npos) << out;
+  // uid_map inside: [inside, host, count]; the host id must not be root.
+  auto pos = out.find("['65534', '");
+  ASSERT_NE(pos, std::string::npos) << out;
+  std::string host_id = out.substr(pos + 11, out.find('\'', pos + 11) - pos - 11);
+  EXPECT_NE(host_id, "0");
+  EXPECT_EQ(host_id, std::to_string(launcher().host_ids().uid));
+}
+
+TEST(Isolation, ProcShowsOnlyTheSandboxsProcesses) {
+  std::string out = python(
+      "import os\n"
+      "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+      "print(os.getpid())\n");
+  EXPECT_EQ(out, "[1, 2]\n2\n");
+}
+
+TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
+  const std::string name = unique_token("nsbox-secret-");
+  const std::string path = "/tmp/" + name;
+  {
+    std::ofstream f(path);
+    f << "TOPSECRET";
+  }
+  std::string out = python(
+      "import os\n"
+      "path = '" + path + "'\n"
+      "found = []\n"
+      "for p in [path, '/proc/1/root' + path, '/proc/self/root' + path, '/proc/1/cwd/' + path,\n"
+      "          '/proc/self/cwd/../..' + path, '/dev/shm/" + name + "']:\n"
+      "    try:\n"
+      "        found.append(open(p).read())\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "for root, dirs, files in os.walk('/'):\n"
+      "    if root.startswith('/proc'):\n"
+      "        dirs[:] = []\n"
+      "    if '" + name + "' in files:\n"
+      "        found.append(root)\n"
+      "print('found' if found else 'none', found)\n");
+  ::unlink(path.c_str());
+  EXPECT_EQ(out, "none []\n");
+}
+
+TEST(Isolation, RootAndUsrAreReadOnlyTmpIsWritable) {
+  std::string out = python(
+      "import errno, os\n"
+      "for p in ['/x', '/usr/x', '/usr/bin/x', '/etc/x']:\n"
+      "    try:\n"
+      "        open(p, 'a').close(); print(p, 'WRITABLE')\n"
+      "    except OSError as e:\n"
+      "        print(p, errno.errorcode[e.errno])\n"
+      "for p in ['/', '/usr', '/etc', '/usr/local/bin']:\n"
+      "    print(p, 'ro' if os.statvfs(p).f_flag & os.ST_RDONLY else 'rw')\n"
+      "open('/tmp/ok', 'w').write('x'); print('tmp', open('/tmp/ok').read())\n");
+  EXPECT_EQ(out,
+            "/x EROFS\n/usr/x EROFS\n/usr/bin/x EROFS\n/etc/x EROFS\n"
+            "/ ro\n/usr ro\n/etc ro\n/usr/local/bin ro\ntmp x\n");
+}
+
+TEST(Isolation, TmpSizeCapHolds) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import errno\n"
+                               "f = open('/tmp/big', 'wb')\n"
+                               "try:\n"
+                               "    for i in range(16): f.write(b'x' * (1 << 20)); f.flush()\n"
+                               "    print('wrote 16MiB')\n"
+                               "except OSError as e:\n"
+                               "    print(errno.errorcode[e.errno], i)\n"});
+  spec.limits.tmpfs_bytes = 8 << 20;
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data;
+  EXPECT_EQ(r.stdout_data.substr(0, 6), "ENOSPC") << r.stdout_data;
+}
+
+TEST(Isolation, OnlyLoopbackExistsAndIsUp) {
+  std::string out = python(
+      "import socket\n"
+      "names = [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]\n"
+      "print(names)\n"
+      "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); port = s.getsockname()[1]\n"
+      "c = socket.create_connection(('127.0.0.1', port)); print('lo up')\n"
+      "print('routes', len(open('/proc/net/route').readlines()) - 1)\n");
+  EXPECT_EQ(out, "['lo']\nlo up\nroutes 0\n");
+}
+
+TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFilter) {
+  std::string out = python(
+      "for l in open('/proc/self/status'):\n"
+      "    k = l.split(':')[0]\n"
+      "    if k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
+      "        print(k, l.split()[1])\n");
+  EXPECT_EQ(out,
+            "CapInh 0000000000000000\nCapPrm 0000000000000000\nCapEff 0000000000000000\n"
+            "CapBnd 0000000000000000\nCapAmb 0000000000000000\nNoNewPrivs 1\nSeccomp 2\n");
+}
+
+// Each denied syscall through ctypes, as an attacker's Python would call it.
+TEST(Isolation, DangerousSyscallsAreDenied) {
+  std::string out = python(
+      "import ctypes, errno\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "def call(name, nr, *args):\n"
+      "    ctypes.set_errno(0)\n"
+      "    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n"
+      "    print(name, errno.errorcode.get(ctypes.get_errno(), 'OK') if r == -1 else 'OK')\n"
+      "call('ptrace', 101, 0, 0, 0, 0)\n"                     // PTRACE_TRACEME
+      "call('mount', 165, 0, 0, 0, 0, 0)\n"
+      "call('umount2', 166, 0, 0)\n"
+      "call('unshare_user', 272, 0x10000000)\n"               // CLONE_NEWUSER
+      "call('setns', 308, 0, 0)\n"
+      "call('keyctl', 250, 0, -3, 0)\n"
+      "call('bpf', 321, 0, 0, 0)\n"
+      "call('perf_event_open', 298, 0, 0, -1, -1, 0)\n"
+      "call('userfaultfd', 323, 0)\n"
+      "call('clone_newns', 56, 0x00020000 | 17, 0, 0, 0, 0)\n"  // clone(CLONE_NEWNS|SIGCHLD)
+      "call('clone3', 435, 0, 0)\n"
+      "call('io_uring_setup', 425, 1, 0)\n"
+      "call('personality', 135, 0x0040000)\n"                 // ADDR_NO_RANDOMIZE
+      "call('pivot_root', 155, 0, 0)\n"
+      "call('chroot', 161, 0)\n"
+      "call('open_by_handle_at', 304, 0, 0, 0)\n"
+      "call('syslog', 103, 3, 0, 0)\n");
+  EXPECT_EQ(out,
+            "ptrace EPERM\nmount EPERM\numount2 EPERM\nunshare_user EPERM\nsetns EPERM\n"
+            "keyctl EPERM\nbpf EPERM\nperf_event_open EPERM\nuserfaultfd EPERM\n"
+            "clone_newns EPERM\nclone3 ENOSYS\nio_uring_setup ENOSYS\npersonality EPERM\n"
+            "pivot_root EPERM\nchroot EPERM\nopen_by_handle_at EPERM\nsyslog EPERM\n");
+}
+
+TEST(Isolation, TerminalInjectionIoctlIsDenied) {
+  std::string out = python(
+      "import fcntl, termios, errno, os\n"
+      "try:\n"
+      "    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('injected')\n"
+      "except OSError as e:\n"
+      "    print(errno.errorcode[e.errno])\n");
+  EXPECT_EQ(out, "EPERM\n");
+}
+
+TEST(Isolation, ForeignArchitectureSyscallKillsTheProcess) {
+  // An x32 syscall number (getpid | __X32_SYSCALL_BIT) would bypass a filter
+  // that only knows x86_64 numbers.
+  Result r = run({"python3", "-c",
+                  "import ctypes\n"
+                  "ctypes.CDLL(None).syscall(ctypes.c_long(0x40000000 | 39))\n"
+                  "print('survived')\n"});
+  EXPECT_EQ(r.status, RunStatus::kKilled);
+  ASSERT_TRUE(r.signal.has_value());
+  EXPECT_EQ(*r.signal, SIGSYS);
+  EXPECT_EQ(r.stdout_data, "");
+}
+
+TEST(Isolation, CallersEnvironmentIsInvisible) {
+  ::setenv("NSBOX_TEST_SECRET", "hunter2-secret", 1);
+  Result r = run({"/usr/bin/env"});
+  ::unsetenv("NSBOX_TEST_SECRET");
+  ASSERT_EQ(r.status, RunStatus::kOk);
+  EXPECT_EQ(r.stdout_data.find("hunter2"), std::string::npos) << r.stdout_data;
+  EXPECT_EQ(r.stdout_data.find("NSBOX_TEST_SECRET"), std::string::npos);
+  EXPECT_NE(r.stdout_data.find("PATH=/usr/local/bin:/usr/bin:/bin"), std::string::npos);
+}
+
+TEST(Isolation, CliEnvFlagsAreTheOnlyAdditions) {
+  ::setenv("NSBOX_TEST_SECRET", "hunter2-secret", 1);
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--env", "GREETING=hi", "--", "/usr/bin/env"});
+  ::unsetenv("NSBOX_TEST_SECRET");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GREETING=hi"), std::string::npos);
+  EXPECT_EQ(r.out.find("hunter2"), std::string::npos);
+}
+
+TEST(Isolation, HostnameIsNotTheHosts) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string out = python("import socket; print(socket.gethostname())");
+  EXPECT_EQ(out, "sandbox\n");
+  EXPECT_NE(out, std::string(host) + "\n");
+}
+
+TEST(Isolation, NoHostFdLeaksIn) {
+  // An fd the supervisor holds (here: a directory of the host) must not be
+  // reachable from inside.
+  int fd = ::open("/etc", O_RDONLY | O_DIRECTORY);  // deliberately not O_CLOEXEC
+  ASSERT_GE(fd, 3);
+  std::string out = python("import os; print(sorted(os.listdir('/proc/self/fd')))");
+  ::close(fd);
+  EXPECT_EQ(out, "['0', '1', '2', '3']\n") << "only stdio and listdir's own fd";
+}
+
+TEST(Isolation, DevHasOnlyTheMinimalNodes) {
+  std::string out = python("import os; print(sorted(os.listdir('/dev')))");
+  EXPECT_EQ(out,
+            "['fd', 'full', 'null', 'ptmx', 'pts', 'random', 'shm', 'stderr', 'stdin', 'stdout', "
+            "'tty', 'urandom', 'zero']\n");
+}
+
+TEST(Isolation, MaskedProcFilesAreEmpty) {
+  // Only masks of files this kernel has can be checked; at least two must be.
+  std::string present;
+  for (const char* f : {"kcore", "sysrq-trigger", "timer_list", "keys", "sched_debug", "kallsyms"}) {
+    if (::access((std::string("/proc/") + f).c_str(), F_OK) == 0) present += std::string("'") + f + "',";
+  }
+  ASSERT_GE(std::count(present.begin(), present.end(), ','), 2) << present;
+  std::string out = python(
+      "import os\n"
+      "for f in [" + present + "]:\n"
+      "    print(f, len(open('/proc/' + f, 'rb').read(64)))\n"
+      "print('sys', os.listdir('/proc/sys'))\n");
+  std::string expected;
+  for (size_t pos = 0; (pos = present.find('\'', pos)) != std::string::npos;) {
+    size_t end = present.find('\'', pos + 1);
+    expected += present.substr(pos + 1, end - pos - 1) + " 0\n";
+    pos = end + 1;
+  }
+  EXPECT_EQ(out, expected + "sys []\n");
+}
+
+TEST(Isolation, UnprivilegedCallerGetsItsOwnUid) {
+  if (::geteuid() != 0) GTEST_SKIP() << "already unprivileged: covered by the other tests";
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+        ::setresuid(65534, 65534, 65534) != 0)
+      ::_exit(99);
+    std::string root = test_rootfs();
+    ::execl(NSBOX_BINARY, "nsbox", "run", "--rootfs", root.c_str(), "--", "cat", "/proc/self/uid_map",
+            static_cast<char*>(nullptr));
+    ::_exit(98);
+  }
+  ::close(out[1]);
+  char buf[256] = {};
+  ssize_t n = ::read(out[0], buf, sizeof(buf) - 1);
+  ::close(out[0]);
+  EXPECT_EQ(wait_cli(pid), 0);
+  ASSERT_GT(n, 0);
+  std::string map(buf);
+  EXPECT_NE(map.find("65534"), std::string::npos);
+  EXPECT_EQ(std::string(map).find(" 0 "), std::string::npos) << map;
+  // The only host id an unprivileged user may map is its own.
+  EXPECT_NE(map.find("65534      65534          1"), std::string::npos) << map;
+}
+
+}  // namespace
+}  // namespace nsbox::testing

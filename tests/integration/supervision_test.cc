@@ -1,0 +1,154 @@
+// Timeouts, signals, exit codes, output caps and setup errors.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fixture.h"
+
+namespace nsbox::testing {
+namespace {
+
+// Python that double-forks, calls setsid and leaves a sleeper whose argv[0]
+// is `marker`; the marker is assembled at run time so that only the sleeper's
+// command line contains it, not nsbox's own argv.
+std::string daemonizing_python(const std::string& marker) {
+  std::string a = marker.substr(0, marker.size() / 2);
+  std::string b = marker.substr(marker.size() / 2);
+  return "import os, time\n"
+         "if os.fork() == 0:\n"
+         "    os.setsid()\n"
+         "    if os.fork() == 0:\n"
+         "        os.execv('/bin/sleep', ['" + a + "' + '" + b + "', '1000'])\n"
+         "    os._exit(0)\n"
+         "time.sleep(1000)\n";
+}
+
+TEST(Supervision, TimeoutKillsDoubleForkedSetsidDescendants) {
+  const std::string marker = unique_token("nsbox-sleeper-");
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--timeout", "3", "--", "python3", "-c",
+                         daemonizing_python(marker)});
+  ASSERT_TRUE(wait_for_process(marker, 10000)) << "the sleeper never started";
+  EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
+  EXPECT_TRUE(wait_for_no_process(marker, 2000)) << "the sleeper outlived its run";
+}
+
+TEST(Supervision, TimeoutResultSaysTimeout) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--json", "--timeout", "0.5", "--", "sleep", "30"});
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_NE(r.out.find("\"status\":\"timeout\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"signal\":9"), std::string::npos) << r.out;
+}
+
+TEST(Supervision, SigtermToNsboxTearsTheSandboxDown) {
+  const std::string marker = unique_token("nsbox-sleeper-");
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c",
+                         daemonizing_python(marker)});
+  ASSERT_TRUE(wait_for_process(marker, 10000));
+  ::kill(cli, SIGTERM);
+  EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
+  EXPECT_TRUE(wait_for_no_process(marker, 2000));
+}
+
+TEST(Supervision, SigkillOfNsboxKillsTheSandboxToo) {
+  const std::string marker = unique_token("nsbox-sleeper-");
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c",
+                         daemonizing_python(marker)});
+  ASSERT_TRUE(wait_for_process(marker, 10000));
+  ::kill(cli, SIGKILL);
+  EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
+  EXPECT_TRUE(wait_for_no_process(marker, 3000)) << "PDEATHSIG did not take the sandbox down";
+}
+
+TEST(Supervision, ExitCodesPropagate) {
+  EXPECT_EQ(run_cli({"run", "--rootfs", test_rootfs(), "--", "sh", "-c", "exit 42"}).exit_code, 42);
+  EXPECT_EQ(run_cli({"run", "--rootfs", test_rootfs(), "--", "true"}).exit_code, 0);
+  Result r = run({"sh", "-c", "exit 3"});
+  EXPECT_EQ(r.status, RunStatus::kExitNonzero);
+  EXPECT_EQ(r.exit_code, 3);
+}
+
+TEST(Supervision, SignalsPropagateAs128PlusSignal) {
+  EXPECT_EQ(run_cli({"run", "--rootfs", test_rootfs(), "--", "sh", "-c", "kill -TERM $$"}).exit_code, 143);
+  Result r = run({"sh", "-c", "kill -SEGV $$"});
+  EXPECT_EQ(r.status, RunStatus::kKilled);
+  ASSERT_TRUE(r.signal.has_value());
+  EXPECT_EQ(*r.signal, SIGSEGV);
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV);
+}
+
+TEST(Supervision, InteractiveModeStreamsStdio) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "sh", "-c", "echo out; echo err >&2"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_EQ(r.err, "err\n");
+}
+
+TEST(Supervision, GigabyteStdoutFloodIsTruncatedAndTheRunEnds) {
+  Result r = run({"head", "-c", "1073741824", "/dev/zero"});
+  EXPECT_EQ(r.status, RunStatus::kOk);
+  EXPECT_TRUE(r.stdout_truncated);
+  EXPECT_EQ(r.stdout_data.size(), 1u << 20);
+  EXPECT_FALSE(r.stderr_truncated);
+}
+
+TEST(Supervision, OutputCapIsConfigurable) {
+  RunSpec spec = capture_spec({"sh", "-c", "yes | head -c 5000; yes e | head -c 300 >&2"});
+  spec.limits.stdout_bytes = 1000;
+  spec.limits.stderr_bytes = 1000;
+  Result r = run_with(spec);
+  EXPECT_EQ(r.stdout_data.size(), 1000u);
+  EXPECT_TRUE(r.stdout_truncated);
+  EXPECT_EQ(r.stderr_data.size(), 300u);
+  EXPECT_FALSE(r.stderr_truncated);
+}
+
+TEST(Supervision, MissingRootfsIsExit125NamingTheStep) {
+  CliResult r = run_cli({"run", "--rootfs", "/nonexistent/nsbox-rootfs", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_EQ(r.err, "nsbox: open rootfs /nonexistent/nsbox-rootfs: No such file or directory\n");
+}
+
+TEST(Supervision, ChildSetupFailureNamesStepObjectAndErrno) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--cwd", "/no/such/dir", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_EQ(r.err, "nsbox: chdir /no/such/dir: No such file or directory\n");
+}
+
+TEST(Supervision, RootfsWithoutMountPointsFailsWithTheMountStep) {
+  char dir[] = "/tmp/nsbox-emptyroot-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  ::chmod(dir, 0755);
+  CliResult r = run_cli({"run", "--rootfs", dir, "--", "true"});
+  ::rmdir(dir);
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_EQ(r.err, std::string("nsbox: mount ") + dir + "/proc: No such file or directory\n");
+}
+
+TEST(Supervision, UnknownCommandIs127) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "no-such-command"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_EQ(r.err, "nsbox: execve no-such-command: No such file or directory\n");
+}
+
+TEST(Supervision, BadFlagsAreUsageErrors) {
+  CliResult r = run_cli({"run", "--env", "NOEQUALS", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--env expects KEY=VALUE"), std::string::npos) << r.err;
+  r = run_cli({"run", "--timeout", "-1", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--timeout"), std::string::npos) << r.err;
+  r = run_cli({"run"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Supervision, CpuTimeIsReported) {
+  Result r = run({"python3", "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"});
+  ASSERT_EQ(r.status, RunStatus::kOk);
+  EXPECT_GE(r.cpu_ms, 250);
+  EXPECT_GE(r.wall_ms, r.cpu_ms - 50);
+}
+
+}  // namespace
+}  // namespace nsbox::testing

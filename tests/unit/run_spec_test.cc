@@ -1,0 +1,64 @@
+#include "nsbox/run_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "nsbox/error.h"
+
+namespace nsbox {
+namespace {
+
+TEST(EnvAssignment, SplitsAtFirstEquals) {
+  auto [k, v] = parse_env_assignment("A=b=c");
+  EXPECT_EQ(k, "A");
+  EXPECT_EQ(v, "b=c");
+  auto [k2, v2] = parse_env_assignment("EMPTY=");
+  EXPECT_EQ(k2, "EMPTY");
+  EXPECT_EQ(v2, "");
+}
+
+TEST(EnvAssignment, RejectsMissingKey) {
+  EXPECT_THROW(parse_env_assignment("=x"), UsageError);
+  EXPECT_THROW(parse_env_assignment("NOEQUALS"), UsageError);
+}
+
+TEST(Environment, DefaultsAreCleanAndOverridable) {
+  auto env = default_environment();
+  bool has_path = false;
+  for (const auto& [k, v] : env) {
+    if (k == "PATH") has_path = true;
+    EXPECT_NE(k, "LD_PRELOAD");
+  }
+  EXPECT_TRUE(has_path);
+  set_env(env, "HOME", "/work");
+  set_env(env, "NEW", "1");
+  int homes = 0;
+  for (const auto& [k, v] : env) {
+    if (k == "HOME") {
+      ++homes;
+      EXPECT_EQ(v, "/work");
+    }
+  }
+  EXPECT_EQ(homes, 1);
+  EXPECT_EQ(env.back().first, "NEW");
+}
+
+TEST(Validate, NamesTheBadField) {
+  RunSpec spec;
+  spec.rootfs = "/r";
+  EXPECT_THROW(validate(spec), UsageError);  // no command
+  spec.argv = {"true"};
+  EXPECT_NO_THROW(validate(spec));
+  spec.cwd = "relative";
+  try {
+    validate(spec);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("cwd"), std::string::npos);
+  }
+  spec.cwd = "/tmp";
+  spec.rootfs = "rel/root";
+  EXPECT_THROW(validate(spec), UsageError);
+}
+
+}  // namespace
+}  // namespace nsbox

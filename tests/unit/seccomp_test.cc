@@ -1,0 +1,52 @@
+#include "nsbox/seccomp.h"
+
+#include <algorithm>
+
+#include <gtest/gtest.h>
+
+namespace nsbox {
+namespace {
+
+bool has_rule(const SeccompProgram& p, const std::string& syscall, const std::string& action) {
+  return std::any_of(p.rules().begin(), p.rules().end(), [&](const SeccompRuleInfo& r) {
+    return r.syscall == syscall && r.action == action;
+  });
+}
+
+TEST(DefaultPolicy, CompilesToBpf) {
+  SeccompProgram p = SeccompProgram::default_policy();
+  EXPECT_GT(p.instruction_count(), 20u);
+  EXPECT_EQ(p.program()->len, p.instruction_count());
+  EXPECT_NE(p.program()->filter, nullptr);
+}
+
+TEST(DefaultPolicy, DeniesWhatTheLauncherPromises) {
+  SeccompProgram p = SeccompProgram::default_policy();
+  for (const char* s : {"ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
+                        "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+                        "kexec_load", "init_module", "finit_module", "delete_module",
+                        "open_by_handle_at", "acct", "swapon", "swapoff", "reboot", "syslog",
+                        "clock_settime", "settimeofday", "personality", "clone", "ioctl"}) {
+    EXPECT_TRUE(has_rule(p, s, "EPERM")) << s;
+  }
+  for (const char* s : {"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"}) {
+    EXPECT_TRUE(has_rule(p, s, "ENOSYS")) << s;
+  }
+  EXPECT_TRUE(has_rule(p, "(any)", "KILL_PROCESS"));
+}
+
+TEST(DefaultPolicy, EveryRuleHasAReason) {
+  SeccompProgram p = SeccompProgram::default_policy();
+  for (const auto& r : p.rules()) EXPECT_FALSE(r.reason.empty()) << r.syscall;
+}
+
+TEST(DefaultPolicy, MoveKeepsProgramValid) {
+  SeccompProgram a = SeccompProgram::default_policy();
+  size_t n = a.instruction_count();
+  SeccompProgram b(std::move(a));
+  EXPECT_EQ(b.program()->len, n);
+  EXPECT_NE(b.program()->filter, nullptr);
+}
+
+}  // namespace
+}  // namespace nsbox
