@@ -64,7 +64,7 @@ int run_command(const RunOptions& opt) {
   Launcher launcher;
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
-    std::cout << to_json(result).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+    std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
               << std::endl;
   } else if (result.status == RunStatus::kSetupError) {
     std::cerr << "nsbox: " << result.error << std::endl;

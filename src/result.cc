@@ -15,18 +15,19 @@ const char* to_string(RunStatus status) {
   return "unknown";
 }
 
-nlohmann::json to_json(const Result& r) {
-  nlohmann::json j;
+nlohmann::ordered_json to_json(const Result& r) {
+  using json = nlohmann::ordered_json;
+  json j;
   j["status"] = to_string(r.status);
   j["exit_code"] = r.exit_code;
-  j["signal"] = r.signal ? nlohmann::json(*r.signal) : nlohmann::json(nullptr);
+  j["signal"] = r.signal ? json(*r.signal) : json(nullptr);
   j["stdout"] = r.stdout_data;
   j["stderr"] = r.stderr_data;
   j["stdout_truncated"] = r.stdout_truncated;
   j["stderr_truncated"] = r.stderr_truncated;
   j["wall_ms"] = r.wall_ms;
   j["cpu_ms"] = r.cpu_ms;
-  j["error"] = r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error);
+  j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   return j;
 }
 

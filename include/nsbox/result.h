@@ -36,6 +36,6 @@ struct Result {
   int cli_exit_code() const { return exit_code; }
 };
 
-nlohmann::json to_json(const Result& result);
+nlohmann::ordered_json to_json(const Result& result);
 
 }  // namespace nsbox

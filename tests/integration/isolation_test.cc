@@ -36,7 +36,7 @@ TEST(Isolation, ProcShowsOnlyTheSandboxsProcesses) {
 }
 
 TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
-  const std::string name = unique_token("nsbox-secret-");
+  const std::string name = unique_token("nsboxtest-secret-");
   const std::string path = "/tmp/" + name;
   {
     std::ofstream f(path);

@@ -117,7 +117,7 @@ TEST(Supervision, ChildSetupFailureNamesStepObjectAndErrno) {
 }
 
 TEST(Supervision, RootfsWithoutMountPointsFailsWithTheMountStep) {
-  char dir[] = "/tmp/nsbox-emptyroot-XXXXXX";
+  char dir[] = "/tmp/nsboxtest-emptyroot-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
   ::chmod(dir, 0755);
   CliResult r = run_cli({"run", "--rootfs", dir, "--", "true"});

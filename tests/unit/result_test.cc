@@ -39,7 +39,7 @@ TEST(Result, StatusNames) {
 TEST(Result, InvalidUtf8OutputStillSerialises) {
   Result r;
   r.stdout_data = std::string("\xff\xfe ok", 5);
-  std::string text = to_json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string text = to_json(r).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   EXPECT_NE(text.find("ok"), std::string::npos);
 }
 
