@@ -178,9 +178,8 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
     fail(c, "close_range", "inherited fds", err);
 
-  for (size_t i = 0; i < c.mount_count; ++i) {
-    if (int err = apply_mount_op(c.mounts[i], &step)) fail(c, step, c.mounts[i].target, err);
-  }
+  const char* object = nullptr;
+  if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);
   if (::sethostname(c.hostname, std::strlen(c.hostname)) != 0) fail(c, "sethostname", c.hostname, errno);
   if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
 

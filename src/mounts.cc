@@ -1,13 +1,17 @@
 #include "nsbox/mounts.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "nsbox/error.h"
 
@@ -23,12 +27,65 @@ constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom",
 // Files of /proc that leak host kernel state or act on the host; each is
 // hidden behind /dev/null.
 constexpr const char* kMaskedProcFiles[] = {
-    "kcore", "sysrq-trigger", "timer_list", "keys", "latency_stats", "sched_debug",
-    "kallsyms", "kmsg", "config.gz", "kpagecount", "kpageflags", "kpagecgroup",
+    "/proc/kcore", "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",
+    "/proc/latency_stats", "/proc/sched_debug", "/proc/kallsyms", "/proc/kmsg",
+    "/proc/config.gz", "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
 };
 // Directories of /proc with host-wide knobs or hardware details; each is
 // hidden behind an empty read-only tmpfs.
-constexpr const char* kMaskedProcDirs[] = {"sys", "acpi", "scsi", "irq", "bus", "fs", "driver"};
+constexpr const char* kMaskedProcDirs[] = {"/proc/sys", "/proc/acpi", "/proc/scsi", "/proc/irq",
+                                           "/proc/bus", "/proc/fs",  "/proc/driver"};
+
+// Top-level rootfs entries nsbox provides itself.
+constexpr const char* kProvidedTopLevel[] = {"proc", "dev", "tmp", "sys"};
+
+struct TopLevelEntry {
+  std::string name;
+  unsigned char type;  // DT_DIR, DT_REG, DT_LNK
+  std::string link;
+};
+
+std::vector<TopLevelEntry> list_top_level(int root_fd, const std::string& root) {
+  int dup_fd = ::openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dup_fd < 0) throw SysError("open rootfs", root, errno);
+  DIR* dir = ::fdopendir(dup_fd);
+  if (!dir) {
+    int err = errno;
+    ::close(dup_fd);
+    throw SysError("read rootfs", root, err);
+  }
+  std::vector<TopLevelEntry> entries;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (std::find(std::begin(kProvidedTopLevel), std::end(kProvidedTopLevel), name) !=
+        std::end(kProvidedTopLevel))
+      continue;
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    TopLevelEntry entry{name, DT_UNKNOWN, {}};
+    if (S_ISDIR(st.st_mode)) {
+      entry.type = DT_DIR;
+    } else if (S_ISREG(st.st_mode)) {
+      entry.type = DT_REG;
+    } else if (S_ISLNK(st.st_mode)) {
+      char buf[4096];
+      ssize_t n = ::readlinkat(::dirfd(dir), name.c_str(), buf, sizeof(buf) - 1);
+      if (n < 0) continue;
+      entry.type = DT_LNK;
+      entry.link.assign(buf, static_cast<size_t>(n));
+    } else {
+      continue;  // sockets, fifos, devices: nothing a sandbox should get
+    }
+    entries.push_back(std::move(entry));
+  }
+  ::closedir(dir);
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  return entries;
+}
+
+size_t depth(const std::string& path) { return std::count(path.begin(), path.end(), '/'); }
 
 }  // namespace
 
@@ -46,126 +103,386 @@ unsigned long locked_mount_flags(const std::string& path) {
   return flags;
 }
 
+UniqueFd open_no_symlinks(const std::string& path, const std::string& what) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  long fd = ::syscall(SYS_openat2, AT_FDCWD, path.c_str(), &how, sizeof(how));
+  if (fd < 0) throw SysError("open " + what, path, errno);
+  return UniqueFd(static_cast<int>(fd));
+}
+
 void MountPlan::add(Step step) { steps_.push_back(std::move(step)); }
 
 void MountPlan::finalize() {
   raw_.clear();
   raw_.reserve(steps_.size());
   for (const auto& s : steps_) {
-    raw_.push_back(RawMountOp{s.kind, s.source.c_str(), s.target.c_str(), s.fstype.c_str(),
-                              s.data.c_str(), s.flags, s.remount_flags, s.optional});
+    raw_.push_back(RawMountOp{s.kind, s.source_kind, s.source.c_str(), s.target.c_str(), s.fstype.c_str(),
+                              s.data.c_str(), s.flags, s.remount_flags, s.create, s.optional});
   }
 }
 
 MountPlan MountPlan::for_spec(const RunSpec& spec) {
   MountPlan plan;
-  const std::string root = spec.rootfs;
-  const auto at = [&](const std::string& inside) { return root + inside; };
+  plan.new_root_ = spec.rootfs;
   const std::string tmpfs_size = "size=" + std::to_string(spec.limits.tmpfs_bytes);
+  const unsigned long root_locked = locked_mount_flags(spec.rootfs);
+  const unsigned long read_only_bind = MS_REMOUNT | MS_BIND | MS_RDONLY | kNoDevSuid | root_locked;
+
+  const UniqueFd root_fd = open_no_symlinks(spec.rootfs, "rootfs");
 
   // Nothing we mount may propagate back to the host.
   plan.add({.kind = MountKind::kMakePrivate, .target = "/", .flags = MS_REC | MS_PRIVATE});
+  plan.add({.kind = MountKind::kRootTmpfs, .source = "tmpfs", .target = spec.rootfs,
+            .fstype = "tmpfs", .data = "mode=0755,size=1m,nr_inodes=4096", .flags = kNoDevSuid});
 
-  // The root tree, read-only. Not recursive: no host submount comes along.
-  plan.add({.kind = MountKind::kBind, .source = root, .target = root, .flags = MS_BIND,
-            .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | kNoDevSuid |
-                             locked_mount_flags(root)});
-
-  plan.add({.kind = MountKind::kFilesystem, .source = "proc", .target = at("/proc"),
-            .fstype = "proc", .flags = kNoDevSuid | MS_NOEXEC});
-
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = at("/dev"),
-            .fstype = "tmpfs", .data = "mode=0755,size=64k,nr_inodes=64",
-            .flags = MS_NOSUID | MS_NOEXEC});
-  for (const char* dev : kDevices) {
-    plan.add({.kind = MountKind::kTouch, .target = at("/dev/") + dev});
-    plan.add({.kind = MountKind::kBind, .source = std::string("/dev/") + dev,
-              .target = at("/dev/") + dev, .flags = MS_BIND});
+  // The rootfs's top level, read-only, each entry on its own: not recursive,
+  // so no host submount comes along.
+  for (const auto& e : list_top_level(root_fd.get(), spec.rootfs)) {
+    const std::string inside = "/" + e.name;
+    if (e.type == DT_LNK) {
+      plan.add({.kind = MountKind::kSymlink, .source = e.link, .target = inside});
+      continue;
+    }
+    plan.add({.kind = MountKind::kBind, .source_kind = SourceKind::kRootfsEntry, .source = e.name,
+              .target = inside,
+              .flags = MS_BIND, .remount_flags = read_only_bind,
+              .create = e.type == DT_DIR ? TargetCreate::kDirectory : TargetCreate::kFile});
   }
-  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd", .target = at("/dev/fd")});
-  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/0", .target = at("/dev/stdin")});
-  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/1", .target = at("/dev/stdout")});
-  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/2", .target = at("/dev/stderr")});
-  plan.add({.kind = MountKind::kSymlink, .source = "pts/ptmx", .target = at("/dev/ptmx")});
-  plan.add({.kind = MountKind::kMkdir, .target = at("/dev/shm")});
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = at("/dev/shm"),
-            .fstype = "tmpfs", .data = "mode=1777," + tmpfs_size,
-            .flags = kNoDevSuid | MS_NOEXEC});
-  plan.add({.kind = MountKind::kMkdir, .target = at("/dev/pts")});
-  plan.add({.kind = MountKind::kFilesystem, .source = "devpts", .target = at("/dev/pts"),
+
+  plan.add({.kind = MountKind::kFilesystem, .source = "proc", .target = "/proc", .fstype = "proc",
+            .flags = kNoDevSuid | MS_NOEXEC, .create = TargetCreate::kDirectory});
+
+  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/dev", .fstype = "tmpfs",
+            .data = "mode=0755,size=64k,nr_inodes=64", .flags = MS_NOSUID | MS_NOEXEC,
+            .create = TargetCreate::kDirectory});
+  for (const char* dev : kDevices) {
+    plan.add({.kind = MountKind::kBind, .source = std::string("/dev/") + dev,
+              .target = std::string("/dev/") + dev, .flags = MS_BIND, .create = TargetCreate::kFile});
+  }
+  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd", .target = "/dev/fd"});
+  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/0", .target = "/dev/stdin"});
+  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/1", .target = "/dev/stdout"});
+  plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/2", .target = "/dev/stderr"});
+  plan.add({.kind = MountKind::kSymlink, .source = "pts/ptmx", .target = "/dev/ptmx"});
+  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/dev/shm",
+            .fstype = "tmpfs", .data = "mode=1777," + tmpfs_size, .flags = kNoDevSuid | MS_NOEXEC,
+            .create = TargetCreate::kDirectory});
+  plan.add({.kind = MountKind::kFilesystem, .source = "devpts", .target = "/dev/pts",
             .fstype = "devpts", .data = "newinstance,ptmxmode=0666,mode=0620",
-            .flags = MS_NOSUID | MS_NOEXEC});
+            .flags = MS_NOSUID | MS_NOEXEC, .create = TargetCreate::kDirectory});
   // /dev itself becomes read-only once populated.
-  plan.add({.kind = MountKind::kRemount, .target = at("/dev"),
+  plan.add({.kind = MountKind::kRemount, .target = "/dev",
             .flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC});
 
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = at("/tmp"),
-            .fstype = "tmpfs", .data = "mode=1777," + tmpfs_size, .flags = kNoDevSuid});
+  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/tmp", .fstype = "tmpfs",
+            .data = "mode=1777," + tmpfs_size, .flags = kNoDevSuid,
+            .create = TargetCreate::kDirectory});
 
-  for (const char* file : kMaskedProcFiles) {
-    plan.add({.kind = MountKind::kBind, .source = at("/dev/null"),
-              .target = at("/proc/") + file, .flags = MS_BIND,
-              // Not nodev: the mask is the /dev/null device and must open.
+  // The spec's own mounts, parents before children.
+  struct Pending {
+    std::string target;
+    bool is_bind;
+    size_t index;
+  };
+  std::vector<Pending> pending;
+  for (size_t i = 0; i < spec.binds.size(); ++i) pending.push_back({spec.binds[i].target, true, i});
+  for (size_t i = 0; i < spec.tmpfs.size(); ++i) pending.push_back({spec.tmpfs[i].target, false, i});
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const Pending& a, const Pending& b) { return depth(a.target) < depth(b.target); });
+  for (const auto& p : pending) {
+    if (p.is_bind) {
+      const BindMount& b = spec.binds[p.index];
+      const UniqueFd src = open_no_symlinks(b.source, "mount source");
+      struct stat st {};
+      if (::fstat(src.get(), &st) != 0) throw SysError("stat mount source", b.source, errno);
+      const unsigned long locked = locked_mount_flags(b.source);
+      unsigned long remount = MS_REMOUNT | MS_BIND | kNoDevSuid | locked;
+      if (b.read_only) remount |= MS_RDONLY;
+      if (b.noexec) remount |= MS_NOEXEC;
+      plan.add({.kind = MountKind::kBind, .source_kind = SourceKind::kHostPath, .source = b.source,
+                .target = b.target,
+                .flags = MS_BIND, .remount_flags = remount,
+                .create = S_ISDIR(st.st_mode) ? TargetCreate::kDirectory : TargetCreate::kFile});
+    } else {
+      const TmpfsMount& t = spec.tmpfs[p.index];
+      plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = t.target,
+                .fstype = "tmpfs", .data = "mode=1777,size=" + std::to_string(t.size_bytes),
+                .flags = kNoDevSuid, .create = TargetCreate::kDirectory});
+    }
+  }
+
+  // Masks: files behind /dev/null (not nodev: it must open), directories
+  // behind an empty read-only tmpfs. A mask of a missing path is a no-op.
+  std::vector<std::string> dir_masks(std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
+  std::vector<std::string> file_masks(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
+  for (const auto& m : spec.masks) {
+    std::string host = spec.rootfs + m;
+    struct stat st {};
+    bool is_dir = m.rfind("/proc/", 0) != 0 && ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    (is_dir ? dir_masks : file_masks).push_back(m);
+  }
+  for (const auto& m : file_masks) {
+    plan.add({.kind = MountKind::kBind, .source = spec.rootfs + "/dev/null", .target = m,
+              .flags = MS_BIND,
               .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
               .optional = true});
   }
-  for (const char* dir : kMaskedProcDirs) {
-    plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = at("/proc/") + dir,
-              .fstype = "tmpfs", .data = "mode=0555,size=4k,nr_inodes=1",
-              .flags = MS_RDONLY | kNoDevSuid | MS_NOEXEC, .optional = true});
+  for (const auto& m : dir_masks) {
+    plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = m, .fstype = "tmpfs",
+              .data = "mode=0555,size=4k,nr_inodes=1", .flags = MS_RDONLY | kNoDevSuid | MS_NOEXEC,
+              .optional = true});
   }
 
-  plan.add({.kind = MountKind::kPivotRoot, .target = root});
+  // The skeleton root becomes read-only too, then the switch.
+  plan.add({.kind = MountKind::kRemount, .target = "/",
+            .flags = MS_REMOUNT | MS_RDONLY | kNoDevSuid});
+  plan.add({.kind = MountKind::kPivotRoot, .target = spec.rootfs});
   plan.finalize();
   return plan;
 }
 
-int apply_mount_op(const RawMountOp& op, const char** step_name) noexcept {
-  auto fail = [&](const char* step) {
-    int err = errno;
-    *step_name = step;
-    if (op.optional && err == ENOENT) return 0;
-    return err;
-  };
-  switch (op.kind) {
-    case MountKind::kMakePrivate:
-      if (::mount(nullptr, op.target, nullptr, op.flags, nullptr) != 0) return fail("make-private");
-      return 0;
-    case MountKind::kBind:
-      if (::mount(op.source, op.target, nullptr, op.flags, nullptr) != 0) return fail("bind mount");
-      if (op.remount_flags &&
-          ::mount(nullptr, op.target, nullptr, op.remount_flags, nullptr) != 0)
-        return fail("remount read-only");
-      return 0;
-    case MountKind::kFilesystem:
-      if (::mount(op.source, op.target, op.fstype, op.flags, op.data) != 0) return fail("mount");
-      return 0;
-    case MountKind::kRemount:
-      if (::mount(nullptr, op.target, nullptr, op.flags, nullptr) != 0) return fail("remount");
-      return 0;
-    case MountKind::kMkdir:
-      if (::mkdir(op.target, 0755) != 0 && errno != EEXIST) return fail("mkdir");
-      return 0;
-    case MountKind::kTouch: {
-      int fd = ::open(op.target, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
-      if (fd < 0) return fail("create");
+// ---- Child side: raw syscalls only from here on. ----
+
+namespace {
+
+// "/proc/self/fd/N" into buf: mounting on that path acts on exactly the
+// object the fd refers to, whatever happens to names in between.
+void fd_path(int fd, char (&buf)[32]) noexcept {
+  char digits[12];
+  int n = 0;
+  unsigned value = static_cast<unsigned>(fd);
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value && n < 11);
+  const char prefix[] = "/proc/self/fd/";
+  size_t len = sizeof(prefix) - 1;
+  std::memcpy(buf, prefix, len);
+  while (n > 0) buf[len++] = digits[--n];
+  buf[len] = '\0';
+}
+
+// Opens component `name` under dir without following it if it is a symlink:
+// a symlink anywhere in a target is refused with ELOOP.
+int open_component(int dir, const char* name, bool want_dir) noexcept {
+  int fd = ::openat(dir, name, O_PATH | O_NOFOLLOW | O_CLOEXEC | (want_dir ? O_DIRECTORY : 0));
+  if (fd >= 0) {
+    struct stat st {};
+    if (!want_dir && ::fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) {
       ::close(fd);
-      return 0;
+      errno = ELOOP;
+      return -1;
     }
-    case MountKind::kSymlink:
-      if (::symlink(op.source, op.target) != 0) return fail("symlink");
-      return 0;
-    case MountKind::kPivotRoot:
-      // pivot_root(".", ".") stacks the old root under the new one; detaching
-      // it leaves no path back to the host tree.
-      if (::chdir(op.target) != 0) return fail("chdir");
-      if (::syscall(SYS_pivot_root, ".", ".") != 0) return fail("pivot_root");
-      if (::umount2(".", MNT_DETACH) != 0) return fail("detach old root");
-      if (::chdir("/") != 0) return fail("chdir");
-      return 0;
+    return fd;
   }
-  *step_name = "mount plan";
-  return EINVAL;
+  if (errno == ENOTDIR) {
+    struct stat st {};
+    if (::fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) errno = ELOOP;
+  }
+  return -1;
+}
+
+// Walks the absolute inside path from root_fd to its parent directory,
+// creating missing directories when create is set. *last gets the final
+// component (empty for "/"). Returns an O_PATH fd of the parent or -1.
+int resolve_parent(int root_fd, const char* path, bool create, char (&last)[256]) noexcept {
+  int cur = ::fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+  last[0] = '\0';
+  const char* p = path;
+  while (cur >= 0) {
+    while (*p == '/') ++p;
+    const char* end = p;
+    while (*end && *end != '/') ++end;
+    size_t len = static_cast<size_t>(end - p);
+    if (len == 0) return cur;
+    if (len >= sizeof(last) || (len == 2 && p[0] == '.' && p[1] == '.')) {
+      ::close(cur);
+      errno = EINVAL;
+      return -1;
+    }
+    std::memcpy(last, p, len);
+    last[len] = '\0';
+    const char* rest = end;
+    while (*rest == '/') ++rest;
+    if (*rest == '\0') return cur;  // last is the final component
+    int next = open_component(cur, last, true);
+    if (next < 0 && errno == ENOENT && create) {
+      if (::mkdirat(cur, last, 0755) != 0 && errno != EEXIST) {
+        ::close(cur);
+        return -1;
+      }
+      next = open_component(cur, last, true);
+    }
+    int err = errno;
+    ::close(cur);
+    errno = err;
+    cur = next;
+    p = end;
+  }
+  return -1;
+}
+
+// Opens the target itself (O_PATH), creating it as asked.
+int resolve_target(int root_fd, const char* path, TargetCreate create) noexcept {
+  char last[256];
+  int parent = resolve_parent(root_fd, path, create != TargetCreate::kNone, last);
+  if (parent < 0) return -1;
+  if (last[0] == '\0') return parent;  // the root itself
+  if (create == TargetCreate::kDirectory) {
+    if (::mkdirat(parent, last, 0755) != 0 && errno != EEXIST) {
+      int err = errno;
+      ::close(parent);
+      errno = err;
+      return -1;
+    }
+  } else if (create == TargetCreate::kFile) {
+    int fd = ::openat(parent, last, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+    if (fd >= 0) ::close(fd);
+  }
+  int fd = open_component(parent, last, create == TargetCreate::kDirectory);
+  int err = errno;
+  ::close(parent);
+  errno = err;
+  return fd;
+}
+
+int openat2_path(int dir, const char* path, uint64_t resolve) noexcept {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = resolve;
+  return static_cast<int>(::syscall(SYS_openat2, dir, path, &how, sizeof(how)));
+}
+
+// Opens a bind source as the op says; -1 for a plain source (use op.source).
+int open_source(const RawMountOp& op, int rootfs_fd) noexcept {
+  switch (op.source_kind) {
+    case SourceKind::kHostPath:
+      return openat2_path(AT_FDCWD, op.source, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    case SourceKind::kRootfsEntry:
+      return openat2_path(rootfs_fd, op.source,
+                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    case SourceKind::kPlain:
+      break;
+  }
+  errno = 0;
+  return -1;
+}
+
+int bind(const RawMountOp& op, const char* target_path, int rootfs_fd, const char** step) noexcept {
+  int src_fd = open_source(op, rootfs_fd);
+  if (src_fd < 0 && errno != 0) return *step = "open mount source", errno;
+  char src_path[32];
+  if (src_fd >= 0) fd_path(src_fd, src_path);
+  int rc = ::mount(src_fd >= 0 ? src_path : op.source, target_path, nullptr, op.flags, nullptr);
+  int err = errno;
+  if (src_fd >= 0) ::close(src_fd);
+  if (rc != 0) return *step = "bind mount", err;
+  return 0;
+}
+
+int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** step) noexcept {
+  if (op.kind == MountKind::kSymlink) {
+    char last[256];
+    int parent = resolve_parent(root_fd, op.target, true, last);
+    if (parent < 0) return *step = "resolve", errno;
+    int rc = ::symlinkat(op.source, parent, last);
+    int err = errno;
+    ::close(parent);
+    return rc == 0 ? 0 : (*step = "symlink", err);
+  }
+  if (op.kind == MountKind::kPivotRoot) {
+    // pivot_root(".", ".") stacks the old root under the new one; detaching
+    // it leaves no path back to the host tree.
+    if (::fchdir(root_fd) != 0) return *step = "chdir", errno;
+    if (::syscall(SYS_pivot_root, ".", ".") != 0) return *step = "pivot_root", errno;
+    if (::umount2(".", MNT_DETACH) != 0) return *step = "detach old root", errno;
+    if (::chdir("/") != 0) return *step = "chdir", errno;
+    return 0;
+  }
+  int target = resolve_target(root_fd, op.target, op.create);
+  if (target < 0) return *step = "resolve mount target", errno;
+  char path[32];
+  fd_path(target, path);
+  int rc = 0;
+  switch (op.kind) {
+    case MountKind::kBind:
+      if (int bind_err = bind(op, path, rootfs_fd, step)) {
+        rc = -1;
+        errno = bind_err;
+      } else if (op.remount_flags) {
+        // The new mount now covers the target: remount it by the same name.
+        int top = resolve_target(root_fd, op.target, TargetCreate::kNone);
+        char top_path[32];
+        fd_path(top, top_path);
+        rc = top < 0 ? -1 : ::mount(nullptr, top_path, nullptr, op.remount_flags, nullptr);
+        int remount_err = errno;
+        if (top >= 0) ::close(top);
+        errno = remount_err;
+        if (rc != 0) *step = "remount";
+      }
+      break;
+    case MountKind::kFilesystem:
+      rc = ::mount(op.source, path, op.fstype, op.flags, op.data);
+      if (rc != 0) *step = "mount";
+      break;
+    case MountKind::kRemount:
+      rc = ::mount(nullptr, path, nullptr, op.flags, nullptr);
+      if (rc != 0) *step = "remount";
+      break;
+    default:
+      rc = -1;
+      errno = EINVAL;
+      *step = "mount plan";
+  }
+  int err = errno;
+  ::close(target);
+  return rc == 0 ? 0 : err;
+}
+
+}  // namespace
+
+int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
+                     const char** object) noexcept {
+  int root_fd = -1;    // the new root (the skeleton tmpfs)
+  int rootfs_fd = -1;  // the rootfs directory underneath it
+  int result = 0;
+  for (size_t i = 0; i < count && result == 0; ++i) {
+    const RawMountOp& op = ops[i];
+    *object = op.target;
+    if (op.kind == MountKind::kMakePrivate) {
+      if (::mount(nullptr, op.target, nullptr, op.flags, nullptr) != 0) *step = "make-private", result = errno;
+      continue;
+    }
+    if (op.kind == MountKind::kRootTmpfs) {
+      rootfs_fd = openat2_path(AT_FDCWD, op.target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+      if (rootfs_fd < 0) {
+        *step = "open rootfs";
+        result = errno;
+        continue;
+      }
+      if (::mount(op.source, op.target, op.fstype, op.flags, op.data) != 0) {
+        *step = "mount root tmpfs";
+        result = errno;
+        continue;
+      }
+      root_fd = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (root_fd < 0) *step = "open new root", result = errno;
+      continue;
+    }
+    if (root_fd < 0) {
+      *step = "mount plan";
+      result = EINVAL;
+      continue;
+    }
+    int err = apply_one(op, root_fd, rootfs_fd, step);
+    if (err == ENOENT && op.optional) err = 0;
+    result = err;
+  }
+  if (root_fd >= 0) ::close(root_fd);
+  if (rootfs_fd >= 0) ::close(rootfs_fd);
+  return result;
 }
 
 }  // namespace nsbox

@@ -21,6 +21,21 @@ struct Limits {
   uint64_t file_size = 256ull << 20;       // RLIMIT_FSIZE
 };
 
+// A host path bound into the sandbox. The source is opened without following
+// any symlink; the target is created inside the new root if missing, never
+// through a symlink.
+struct BindMount {
+  std::string source;  // absolute host path
+  std::string target;  // absolute path inside the sandbox
+  bool read_only = true;
+  bool noexec = false;
+};
+
+struct TmpfsMount {
+  std::string target;  // absolute path inside the sandbox
+  uint64_t size_bytes = 0;
+};
+
 enum class StdioMode {
   kInherit,  // interactive: the workload gets nsbox's own stdin/stdout/stderr
   kCapture,  // stdin is /dev/null, stdout/stderr captured up to the caps
@@ -35,6 +50,9 @@ struct RunSpec {
   uid_t sandbox_uid = 65534;          // ids inside the sandbox
   gid_t sandbox_gid = 65534;
   Limits limits;
+  std::vector<BindMount> binds;        // in order; parents before children
+  std::vector<TmpfsMount> tmpfs;       // besides /tmp
+  std::vector<std::string> masks;      // paths hidden inside, besides the built-in ones
   StdioMode stdio = StdioMode::kInherit;
 };
 

@@ -31,23 +31,70 @@ TEST(MountPlan, StartsPrivateAndEndsWithPivotRoot) {
   EXPECT_EQ(plan.steps().back().kind, MountKind::kPivotRoot);
 }
 
-TEST(MountPlan, RootfsIsBoundReadOnlyWithoutSubmounts) {
+TEST(MountPlan, RootfsEntriesAreBoundReadOnlyWithoutSubmounts) {
+  // /usr as a "rootfs": its top-level entries (bin, lib, share, ...) are bound.
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
-  const auto* root = find_step(plan, MountKind::kBind, "/usr");
-  ASSERT_NE(root, nullptr);
-  EXPECT_EQ(root->flags & MS_REC, 0u) << "a recursive bind would bring host submounts along";
-  EXPECT_NE(root->remount_flags & MS_RDONLY, 0u);
-  EXPECT_NE(root->remount_flags & MS_NOSUID, 0u);
-  EXPECT_NE(root->remount_flags & MS_NODEV, 0u);
+  const auto* bin = find_step(plan, MountKind::kBind, "/bin");
+  ASSERT_NE(bin, nullptr);
+  EXPECT_EQ(bin->source_kind, SourceKind::kRootfsEntry);
+  EXPECT_EQ(bin->source, "bin");
+  EXPECT_EQ(bin->flags & MS_REC, 0u) << "a recursive bind would bring host submounts along";
+  EXPECT_NE(bin->remount_flags & MS_RDONLY, 0u);
+  EXPECT_NE(bin->remount_flags & MS_NOSUID, 0u);
+  EXPECT_NE(bin->remount_flags & MS_NODEV, 0u);
+  EXPECT_EQ(find_step(plan, MountKind::kBind, "/proc"), nullptr) << "proc is nsbox's own";
+}
+
+TEST(MountPlan, NewRootIsATmpfsMadeReadOnlyBeforePivot) {
+  MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
+  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootTmpfs);
+  EXPECT_EQ(plan.steps()[1].target, "/usr");
+  const auto& before_pivot = plan.steps()[plan.steps().size() - 2];
+  EXPECT_EQ(before_pivot.kind, MountKind::kRemount);
+  EXPECT_EQ(before_pivot.target, "/");
+  EXPECT_NE(before_pivot.flags & MS_RDONLY, 0u);
+}
+
+TEST(MountPlan, SpecBindsComeAfterTheSystemMountsParentsFirst) {
+  RunSpec spec = spec_with_root("/usr");
+  spec.binds = {{"/etc", "/data/deep", true, false}, {"/var", "/data", false, true}};
+  MountPlan plan = MountPlan::for_spec(spec);
+  size_t data = 0, deep = 0, tmp = 0;
+  for (size_t i = 0; i < plan.steps().size(); ++i) {
+    if (plan.steps()[i].target == "/data") data = i;
+    if (plan.steps()[i].target == "/data/deep") deep = i;
+    if (plan.steps()[i].target == "/tmp") tmp = i;
+  }
+  ASSERT_TRUE(data && deep && tmp);
+  EXPECT_LT(tmp, data);
+  EXPECT_LT(data, deep);
+  const auto& rw = plan.steps()[data];
+  EXPECT_EQ(rw.source_kind, SourceKind::kHostPath);
+  EXPECT_EQ(rw.remount_flags & MS_RDONLY, 0u);
+  EXPECT_NE(rw.remount_flags & MS_NOEXEC, 0u);
+  EXPECT_NE(plan.steps()[deep].remount_flags & MS_RDONLY, 0u);
+  EXPECT_EQ(rw.create, TargetCreate::kDirectory);
+}
+
+TEST(MountPlan, SymlinkedBindSourceIsRefused) {
+  RunSpec spec = spec_with_root("/usr");
+  spec.binds = {{"/proc/self/root/etc", "/data", true, false}};
+  try {
+    MountPlan::for_spec(spec);
+    FAIL() << "expected SysError";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("open mount source /proc/self/root/etc"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MountPlan, TmpIsCappedAndProcIsFresh) {
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
-  const auto* tmp = find_step(plan, MountKind::kFilesystem, "/usr/tmp");
+  const auto* tmp = find_step(plan, MountKind::kFilesystem, "/tmp");
   ASSERT_NE(tmp, nullptr);
   EXPECT_EQ(tmp->fstype, "tmpfs");
   EXPECT_NE(tmp->data.find("size=8388608"), std::string::npos);
-  const auto* proc = find_step(plan, MountKind::kFilesystem, "/usr/proc");
+  const auto* proc = find_step(plan, MountKind::kFilesystem, "/proc");
   ASSERT_NE(proc, nullptr);
   EXPECT_EQ(proc->fstype, "proc");
   EXPECT_NE(proc->flags & MS_NOEXEC, 0u);
@@ -55,9 +102,9 @@ TEST(MountPlan, TmpIsCappedAndProcIsFresh) {
 
 TEST(MountPlan, MasksHostKnobsInProc) {
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
-  EXPECT_NE(find_step(plan, MountKind::kBind, "/usr/proc/kcore"), nullptr);
-  EXPECT_NE(find_step(plan, MountKind::kBind, "/usr/proc/sysrq-trigger"), nullptr);
-  const auto* sys = find_step(plan, MountKind::kFilesystem, "/usr/proc/sys");
+  EXPECT_NE(find_step(plan, MountKind::kBind, "/proc/kcore"), nullptr);
+  EXPECT_NE(find_step(plan, MountKind::kBind, "/proc/sysrq-trigger"), nullptr);
+  const auto* sys = find_step(plan, MountKind::kFilesystem, "/proc/sys");
   ASSERT_NE(sys, nullptr);
   EXPECT_NE(sys->flags & MS_RDONLY, 0u);
 }
@@ -66,7 +113,7 @@ TEST(MountPlan, DevHasOnlyHarmlessDevices) {
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
   std::vector<std::string> devices;
   for (const auto& s : plan.steps())
-    if (s.kind == MountKind::kBind && s.source.rfind("/dev/", 0) == 0) devices.push_back(s.source);
+    if (s.kind == MountKind::kBind && s.target.rfind("/dev/", 0) == 0) devices.push_back(s.source);
   std::sort(devices.begin(), devices.end());
   EXPECT_EQ(devices, (std::vector<std::string>{"/dev/full", "/dev/null", "/dev/random", "/dev/tty",
                                                "/dev/urandom", "/dev/zero"}));

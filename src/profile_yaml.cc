@@ -1,0 +1,379 @@
+#include "profile_yaml.h"
+
+#include <seccomp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "nsbox/units.h"
+
+namespace nsbox::profile_yaml {
+namespace {
+
+constexpr size_t kMaxFileBytes = 1 << 20;
+constexpr size_t kMaxPathBytes = 4095;
+constexpr size_t kDescribeMax = 60;
+
+int one_based(int zero_based) { return zero_based < 0 ? 1 : zero_based + 1; }
+
+// What YAML (1.1 or 1.2) would read a plain scalar as, when not a string.
+const char* plain_scalar_kind(const std::string& v) {
+  static const std::array<std::string_view, 4> kNull{"", "~", "null", "Null"};
+  static const std::array<std::string_view, 16> kBool{"true",  "True", "TRUE", "false", "False", "FALSE",
+                                                      "yes",   "Yes",  "YES",  "no",    "No",    "NO",
+                                                      "on",    "On",   "off",  "Off"};
+  if (v == "NULL" || std::find(kNull.begin(), kNull.end(), v) != kNull.end()) return "null";
+  if (std::find(kBool.begin(), kBool.end(), v) != kBool.end()) return "a boolean";
+  std::istringstream in(v);
+  double d;
+  in >> d;
+  if (!in.fail() && in.eof()) return "a number";
+  if (v == ".inf" || v == "-.inf" || v == ".nan" || v.rfind("0x", 0) == 0 || v.rfind("0o", 0) == 0) {
+    return "a number";
+  }
+  return nullptr;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+bool is_under(const std::string& path, std::string_view dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         path[dir.size()] == '/');
+}
+
+// "" when path is absolute and in normal form, else the problem.
+std::string path_problem(const std::string& path) {
+  if (path.empty() || path[0] != '/') return "expected an absolute path, got \"" + path + "\"";
+  if (path.size() > kMaxPathBytes) return "the path is longer than 4095 bytes";
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return "the path \"" + path + "\" contains a control character";
+    }
+  }
+  if (path == "/") return "";
+  std::string normal;
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string_view part(path.data() + start, end - start);
+    if (part == "..") return "the path \"" + path + "\" has a '..' component";
+    if (part == ".") return "the path \"" + path + "\" has a '.' component";
+    if (!part.empty()) normal += "/" + std::string(part);
+    start = end + 1;
+  }
+  if (normal != path) return "the path \"" + path + "\" is not in normal form: write \"" + normal + "\"";
+  return "";
+}
+
+}  // namespace
+
+std::string format_number(double d) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(d);
+}
+
+void fail(const std::string& file, const YAML::Mark& mark, const std::string& message) {
+  throw ProfileError(file, one_based(mark.line), one_based(mark.column), message);
+}
+
+YAML::Node parse_document(const std::string& file, const std::string& text) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    fail(file, e.mark, "YAML syntax error: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    fail(file, e.mark, "YAML error: " + e.msg);
+  }
+  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+    fail(file, YAML::Mark::null_mark(), "the file is empty: expected a map of keys");
+  }
+  if (docs.size() > 1) {
+    fail(file, docs[1].Mark(), "a second YAML document: a file holds exactly one");
+  }
+  return docs[0];
+}
+
+std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw ProfileError(path, 0, 0, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw ProfileError(path, 0, 0, "not a regular file");
+  if (static_cast<size_t>(st.st_size) > kMaxFileBytes) {
+    throw ProfileError(path, 0, 0, "larger than 1MiB: not a profile");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ProfileError(path, 0, 0, std::strerror(errno ? errno : EIO));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsMap()) return "a map";
+  if (node.IsSequence()) return "a list";
+  std::string v = node.Scalar();
+  if (v.size() > kDescribeMax) v = v.substr(0, kDescribeMax) + "...";
+  if (node.Tag() != "?") return "the quoted string \"" + v + "\"";
+  return "\"" + v + "\"";
+}
+
+std::string closest(std::string_view word, const std::vector<std::string_view>& candidates) {
+  std::string best;
+  size_t best_distance = 3;
+  for (auto c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance && d < word.size()) {
+      best = std::string(c);
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+Field::Field(const std::string& file, std::string path, YAML::Node node, YAML::Mark mark)
+    : file_(file), path_(std::move(path)), node_(std::move(node)), mark_(mark) {}
+
+void Field::fail(const std::string& message) const {
+  profile_yaml::fail(file_, mark_, path_.empty() ? message : path_ + ": " + message);
+}
+
+void Field::expect_map() const {
+  if (!node_.IsMap()) fail("expected a map, got " + describe(node_));
+}
+
+void Field::expect_list() const {
+  if (!node_.IsSequence()) fail("expected a list, got " + describe(node_));
+}
+
+std::vector<Field> Field::items() const {
+  expect_list();
+  std::vector<Field> out;
+  size_t i = 0;
+  for (const auto& item : node_) {
+    YAML::Mark m = item.IsNull() ? mark_ : item.Mark();
+    out.emplace_back(file_, path_ + "[" + std::to_string(i++) + "]", item, m);
+  }
+  return out;
+}
+
+std::string Field::string() const {
+  if (!node_.IsScalar()) fail("expected a string, got " + describe(node_));
+  return node_.Scalar();
+}
+
+std::string Field::text() const {
+  std::string v = string();
+  if (node_.Tag() == "?") {
+    if (const char* kind = plain_scalar_kind(v)) {
+      fail("expected a string, got \"" + v + "\", which YAML reads as " + kind + ": quote it");
+    }
+  }
+  return v;
+}
+
+bool Field::boolean() const {
+  if (is_plain_scalar()) {
+    const std::string& v = node_.Scalar();
+    if (v == "true" || v == "True" || v == "TRUE") return true;
+    if (v == "false" || v == "False" || v == "FALSE") return false;
+  }
+  fail("expected true or false, got " + describe(node_));
+}
+
+uint64_t Field::integer(uint64_t min, uint64_t max) const {
+  std::string range = std::to_string(min) + ".." + std::to_string(max);
+  if (!is_plain_scalar() || !all_digits(node_.Scalar())) {
+    fail("expected an integer in " + range + ", got " + describe(node_));
+  }
+  const std::string& v = node_.Scalar();
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n < min || n > max) {
+    fail(v + " is out of range " + range);
+  }
+  return n;
+}
+
+double Field::number(double min, double max) const {
+  std::string range = format_number(min) + ".." + format_number(max);
+  const std::string v = is_plain_scalar() ? node_.Scalar() : std::string();
+  size_t dot = v.find('.');
+  bool shape = dot == std::string::npos
+                   ? all_digits(v)
+                   : all_digits(v.substr(0, dot)) && all_digits(v.substr(dot + 1));
+  if (!shape) fail("expected a number in " + range + ", got " + describe(node_));
+  double d = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
+  if (ec != std::errc() || end != v.data() + v.size() || d < min || d > max) {
+    fail(v + " is out of range " + range);
+  }
+  return d;
+}
+
+uint64_t Field::size(uint64_t min, uint64_t max) const {
+  if (!node_.IsScalar()) {
+    fail("expected a size with a unit (B, KiB, MiB, GiB, TiB), got " + describe(node_));
+  }
+  uint64_t n = 0;
+  try {
+    n = parse_size(node_.Scalar());
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  if (n < min || n > max) {
+    fail(node_.Scalar() + " is out of range " + format_size(min) + ".." + format_size(max));
+  }
+  return n;
+}
+
+std::chrono::milliseconds Field::duration(std::chrono::milliseconds min,
+                                          std::chrono::milliseconds max) const {
+  if (!node_.IsScalar()) {
+    fail("expected a duration with a unit (ms, s, m, h), got " + describe(node_));
+  }
+  std::chrono::milliseconds d{};
+  try {
+    d = parse_duration(node_.Scalar());
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  if (d < min || d > max) {
+    fail(node_.Scalar() + " is out of range " + format_duration(min) + ".." + format_duration(max));
+  }
+  return d;
+}
+
+std::string Field::absolute_path() const {
+  if (!node_.IsScalar()) fail("expected an absolute path, got " + describe(node_));
+  std::string p = node_.Scalar();
+  if (std::string problem = path_problem(p); !problem.empty()) fail(problem);
+  return p;
+}
+
+std::string Field::sandbox_target(const char* what) const {
+  std::string p = absolute_path();
+  std::string w(what);
+  if (p == "/") fail("a " + w + " cannot go onto /: the root is the rootfs (see filesystem.rootfs)");
+  if (is_under(p, "/proc")) fail("a " + w + " cannot go onto /proc or below: nsbox builds /proc itself");
+  if (is_under(p, "/dev")) fail("a " + w + " cannot go onto /dev or below: nsbox builds /dev itself");
+  if (is_under(p, "/sys")) fail("a " + w + " cannot go onto /sys or below: the sandbox has no /sys");
+  return p;
+}
+
+std::string Field::host_source() const {
+  std::string p = absolute_path();
+  if (p == "/") fail("the host's whole filesystem (/) cannot be mounted into the sandbox");
+  for (std::string_view dir : {"/proc", "/sys", "/dev"}) {
+    if (is_under(p, dir)) {
+      fail("the host's " + std::string(dir) +
+           " (or anything below it) cannot be mounted into the sandbox: it reaches host processes, "
+           "devices or kernel settings");
+    }
+  }
+  return p;
+}
+
+MapReader::MapReader(const Field& map, const std::vector<std::string_view>& known) : field_(map) {
+  read(&known);
+}
+
+MapReader::MapReader(const Field& map) : field_(map) { read(nullptr); }
+
+void MapReader::read(const std::vector<std::string_view>* known) {
+  const Field& map = field_;
+  map.expect_map();
+  const std::string where = map.path().empty() ? "top-level key" : "key";
+  const std::string in = map.path().empty() ? "" : " in " + map.path();
+  std::map<std::string, int> seen;  // key -> 1-based line
+  for (const auto& kv : map.node()) {
+    const YAML::Node& k = kv.first;
+    if (!k.IsScalar()) {
+      profile_yaml::fail(map.file(), k.Mark(), "keys must be strings, got " + describe(k));
+    }
+    const std::string key = k.Scalar();
+    if (auto it = seen.find(key); it != seen.end()) {
+      profile_yaml::fail(map.file(), k.Mark(),
+                         "duplicate " + where + " '" + key + "'" + in + " (first on line " +
+                             std::to_string(it->second) + ")");
+    }
+    seen.emplace(key, one_based(k.Mark().line));
+    if (known && std::find(known->begin(), known->end(), key) == known->end()) {
+      std::string hint = closest(key, *known);
+      profile_yaml::fail(map.file(), k.Mark(),
+                         "unknown " + where + " '" + key + "'" + in +
+                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+    }
+    const YAML::Node& v = kv.second;
+    std::string path = map.path().empty() ? key : map.path() + "." + key;
+    entries_.push_back(Entry{key, k, Field(map.file(), path, v, v.IsNull() ? k.Mark() : v.Mark())});
+  }
+}
+
+std::optional<Field> MapReader::get(std::string_view key) const {
+  for (const auto& e : entries_) {
+    if (e.key == key) return e.value;
+  }
+  return std::nullopt;
+}
+
+void check_env_name(const Field& key_field, const std::string& name) {
+  bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+  for (char c : name) {
+    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  }
+  if (!ok) {
+    key_field.fail("\"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
+  }
+  static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
+      {"LD_PRELOAD", "it would load a library into every program of the sandbox"},
+      {"LD_LIBRARY_PATH", "it would change which libraries every program of the sandbox loads"},
+      {"LD_AUDIT", "it would load an auditing library into every program of the sandbox"},
+  }};
+  for (const auto& [refused, why] : kRefused) {
+    if (name == refused) {
+      key_field.fail("not allowed: " + std::string(why) +
+                     ", the language runners included; put libraries into the rootfs instead");
+    }
+  }
+}
+
+std::string env_value(const Field& value) {
+  std::string v = value.text();
+  if (v.find('\0') != std::string::npos) value.fail("the value contains a NUL byte");
+  return v;
+}
+
+bool is_known_syscall(const std::string& name, const char* arch) {
+  uint32_t token = seccomp_arch_resolve_name(arch);
+  return token != 0 && seccomp_syscall_resolve_name_arch(token, name.c_str()) >= 0;
+}
+
+}  // namespace nsbox::profile_yaml
