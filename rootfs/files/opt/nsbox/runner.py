@@ -1,0 +1,229 @@
+"""nsbox Python runner: runs one agent code node and reports main()'s result.
+
+Protocol (docs/RUNNERS.md): the request {"code": str, "inputs": object} is
+read from fd 0 until EOF, then fd 0 is pointed at /dev/null. User output goes
+to fd 1/2 untouched. One JSON object {"return", "error", "error_type"} is
+written to fd 3, which is then closed; exit status 0 whenever it was written.
+Without a usable fd 3 the runner says so on stderr and exits 70.
+
+Only json, os and sys are imported at startup (startup time); traceback
+only to format an error, asyncio only when main gives back an awaitable.
+"""
+import json
+import os
+import sys
+
+RESULT_FD = 3
+USER_FILE = "user_code.py"
+EX_SOFTWARE = 70  # no result could be delivered
+
+# Captured now: user code shares sys.modules and could patch json or os.
+_dumps, _loads = json.dumps, json.loads
+_write, _close, _getpid = os.write, os.close, os.getpid
+_exit = os._exit
+
+
+class Args:
+    """Default Args for plugin-style code (`def main(args: Args)` reading
+    args.params[...]); a user-defined class Args replaces it."""
+
+    def __init__(self, params):
+        self.params = params
+
+
+Args.__module__ = "user_code"
+
+
+class ContractError(Exception):
+    pass
+
+
+def _result_fd_ok():
+    try:
+        st = os.fstat(RESULT_FD)
+    except OSError:
+        return False
+    # Python has closed its script file by now, so an open fd 3 was
+    # inherited; still accept only what a result channel can be (pipe,
+    # socket, regular file, character device), as the Node runner must.
+    return (st.st_mode & 0o170000) in (0o010000, 0o140000, 0o100000, 0o020000)
+
+
+def _read_request():
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(0, 1 << 20)
+            except BlockingIOError:  # a non-blocking pipe: wait for data
+                import select
+
+                select.select([0], [], [])
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as e:
+        raise ContractError("request: cannot read fd 0: %s" % e.strerror)
+    finally:
+        # User code reading stdin must see EOF, not the request or a hang.
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            if null != 0:
+                os.dup2(null, 0)
+                os.close(null)
+        except OSError:
+            pass
+    try:
+        req = _loads(b"".join(chunks))
+    except (ValueError, RecursionError) as e:
+        raise ContractError("request: invalid JSON: %s" % e)
+    if not isinstance(req, dict):
+        raise ContractError("request: expected a JSON object")
+    code, inputs = req.get("code"), req.get("inputs", {})
+    if not isinstance(code, str):
+        raise ContractError('request: "code" must be a string')
+    if inputs is None:
+        inputs = {}
+    if not isinstance(inputs, dict):
+        raise ContractError('request: "inputs" must be an object')
+    return code, inputs
+
+
+def _format_exception(e, code):
+    """The traceback as Python prints it, minus the frames that come before
+    the first frame of user code (the runner's and asyncio's)."""
+    import linecache
+    import traceback
+
+    # Source lines for the traceback (not a file: there is none, and a
+    # user_code.py in the cwd must not be read). mtime None: never stale.
+    linecache.cache[USER_FILE] = (len(code), None, code.splitlines(True), USER_FILE)
+
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != USER_FILE:
+        tb = tb.tb_next
+    lines = traceback.format_exception(type(e), e, tb)
+    if isinstance(e, SystemExit):
+        lines[-1] = "SystemExit: %s\n" % (e.code,)
+    return "".join(lines).rstrip("\n")
+
+
+def _run(code, inputs):
+    """Returns (value, None, None) or (None, message, error_type)."""
+    try:
+        compiled = compile(code, USER_FILE, "exec", dont_inherit=True)
+    except SyntaxError as e:
+        import traceback
+
+        msg = "".join(traceback.format_exception_only(type(e), e))
+        return None, msg.rstrip("\n"), "syntax"
+    except ValueError as e:  # e.g. NUL bytes in the source (3.11)
+        return None, "SyntaxError: %s" % e, "syntax"
+
+    module = type(sys)("user_code")
+    module.Args = Args
+    sys.modules["user_code"] = module  # dataclasses, pickle, typing look here
+    ns = module.__dict__
+    try:
+        exec(compiled, ns)
+        args_cls, main = ns.get("Args", Args), ns.get("main")
+        if main is None:
+            return None, "no main function defined: define def main(args): ...", "contract"
+        if not callable(main):
+            return None, "main is not callable (it is a %s)" % type(main).__name__, "contract"
+        if not callable(args_cls):
+            return None, "Args is not callable (it is a %s)" % type(args_cls).__name__, "contract"
+        value = main(args_cls(inputs))
+        if hasattr(type(value), "__await__"):
+            import asyncio
+
+            if not asyncio.iscoroutine(value):
+                value = _await(value)
+            value = asyncio.run(value)
+        return value, None, None
+    except BaseException as e:  # SystemExit and KeyboardInterrupt included
+        return None, _format_exception(e, code), "exception"
+
+
+async def _await(awaitable):
+    return await awaitable
+
+
+def _encode(value, error, error_type):
+    result = {"return": value, "error": error, "error_type": error_type}
+    try:
+        text = _dumps(result, ensure_ascii=False, allow_nan=False)
+    except BaseException as e:  # json may call user code (dict subclasses...)
+        import traceback
+
+        msg = "".join(traceback.format_exception_only(type(e), e)).rstrip("\n")
+        result = {"return": None, "error": msg, "error_type": "serialization"}
+        text = _dumps(result, ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: escape them as \udXXX
+        return _dumps(result, ensure_ascii=True).encode("ascii")
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[_write(fd, view):]
+        except BlockingIOError:  # a non-blocking pipe that is full
+            import select
+
+            select.select([], [fd], [], 1.0)
+
+
+def _flush_user_output():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def run():
+    if not _result_fd_ok():
+        sys.stderr.write(
+            "nsbox runner: fd 3 (the result channel) is not open; run this "
+            "under nsbox or pass a pipe as fd 3 (see docs/RUNNERS.md)\n"
+        )
+        return EX_SOFTWARE
+    # Processes that user code starts must not inherit the result channel.
+    os.set_inheritable(RESULT_FD, False)
+    pid = _getpid()
+    try:
+        code, inputs = _read_request()
+    except ContractError as e:
+        value, error, error_type = None, str(e), "contract"
+    else:
+        value, error, error_type = _run(code, inputs)
+    if _getpid() != pid:  # a child that user code forked returned here
+        _exit(0)
+    data = _encode(value, error, error_type)
+    _flush_user_output()
+    try:
+        _write_all(RESULT_FD, data)
+        _close(RESULT_FD)
+    except OSError as e:
+        sys.stderr.write("nsbox runner: cannot write the result to fd 3: %s\n" % e)
+        return EX_SOFTWARE
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        status = run()
+    except BaseException as e:  # a runner bug: say it, deliver no result
+        try:
+            sys.stderr.write("nsbox runner: internal error: %r\n" % (e,))
+        except BaseException:
+            pass
+        status = EX_SOFTWARE
+    _flush_user_output()
+    # Exit now: do not wait for user threads or run user atexit handlers,
+    # like the Node runner that does not wait for pending timers.
+    _exit(status)
