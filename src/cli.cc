@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "nsbox/error.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/unique_fd.h"
+#include "nsbox/units.h"
 
 namespace nsbox {
 namespace {
@@ -25,8 +27,22 @@ struct RunOptions {
   bool json = false;
   std::vector<std::string> env;
   std::string cwd = "/tmp";
+  std::string memory;    // a size, e.g. 256MiB
+  std::string cpu_time;  // a duration, e.g. 10s
+  uint64_t pids = 0;
+  double cpus = 0;
+  bool best_effort = false;
   std::vector<std::string> command;
 };
+
+template <typename T, typename Parse>
+T parse_flag(const std::string& flag, const std::string& value, Parse parse) {
+  try {
+    return parse(value);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT become readable on an fd the supervisor polls,
 // so a signal tears the sandbox down instead of killing nsbox mid-run.
@@ -55,6 +71,13 @@ RunSpec spec_from_options(const RunOptions& opt) {
   spec.limits.wall_time = std::chrono::milliseconds(static_cast<int64_t>(std::llround(opt.timeout_sec * 1000)));
   if (opt.timeout_sec > 0 && spec.limits.wall_time.count() == 0) spec.limits.wall_time = std::chrono::milliseconds(1);
   spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
+  if (!opt.memory.empty())
+    spec.limits.cgroup.memory_bytes = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
+  if (!opt.cpu_time.empty())
+    spec.limits.cpu_time = parse_flag<std::chrono::milliseconds>("--cpu-time", opt.cpu_time, parse_duration);
+  spec.limits.cgroup.pids = opt.pids;
+  spec.limits.cgroup.cpus = opt.cpus;
+  spec.limits.best_effort = opt.best_effort;
   return spec;
 }
 
@@ -68,8 +91,15 @@ int run_command(const RunOptions& opt) {
               << std::endl;
   } else if (result.status == RunStatus::kSetupError) {
     std::cerr << "nsbox: " << result.error << std::endl;
-  } else if (result.status == RunStatus::kTimeout) {
-    std::cerr << "nsbox: timed out after " << opt.timeout_sec << "s; sandbox killed" << std::endl;
+  } else {
+    for (const auto& w : result.warnings) std::cerr << "nsbox: warning: " << w << std::endl;
+    if (result.status == RunStatus::kTimeout) {
+      bool cpu = std::find(result.limits_hit.begin(), result.limits_hit.end(), "cpu_time") != result.limits_hit.end();
+      std::cerr << "nsbox: " << (cpu ? "CPU time limit reached" : "timed out after " + std::to_string(opt.timeout_sec) + "s")
+                << "; sandbox killed" << std::endl;
+    } else if (result.status == RunStatus::kOom) {
+      std::cerr << "nsbox: out of memory; sandbox killed" << std::endl;
+    }
   }
   return result.exit_code;
 }
@@ -90,6 +120,13 @@ int cli_main(int argc, char** argv) {
   run->add_option("--env", run_opt.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")
       ->allow_extra_args(false);
   run->add_option("--cwd", run_opt.cwd, "Working directory inside the sandbox")->capture_default_str();
+  run->add_option("--memory", run_opt.memory, "Memory limit of the whole run, e.g. 256MiB (cgroup)");
+  run->add_option("--pids", run_opt.pids, "Maximum number of processes and threads (cgroup)");
+  run->add_option("--cpus", run_opt.cpus, "CPU bandwidth in CPUs, e.g. 0.5 (cgroup)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--cpu-time", run_opt.cpu_time, "CPU time of the whole run, e.g. 10s");
+  run->add_flag("--best-effort", run_opt.best_effort,
+                "Run even where the host cannot enforce a limit (rlimits stand in; warnings say what is lost)");
   run->add_option("command", run_opt.command, "CMD ARGS... (after --)")->required();
   run->prefix_command();
 

@@ -12,8 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <set>
 #include <vector>
 
+#include "nsbox/cgroup.h"
 #include "nsbox/error.h"
 #include "nsbox/sandbox.h"
 
@@ -39,6 +41,12 @@ int probe_unshare(int flags) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+std::string join_words(const std::set<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
 }
 
 struct Report {
@@ -78,32 +86,27 @@ void check_namespaces(Report& r) {
 
 void check_cgroups(Report& r) {
   r.out << "cgroups\n";
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  std::string line;
-  bool any_v1 = false;
-  while (std::getline(mountinfo, line)) {
-    std::istringstream fields(line);
-    std::vector<std::string> f;
-    for (std::string x; fields >> x;) f.push_back(x);
-    auto dash = std::find(f.begin(), f.end(), "-");
-    if (dash == f.end() || dash + 3 > f.end()) continue;
-    const std::string& fstype = *(dash + 1);
-    if (fstype == "cgroup2") {
-      std::string controllers = read_file(f[4] + "/cgroup.controllers");
-      r.line(true, false, "cgroup v2 at " + f[4],
-             "controllers: " + (controllers.empty() ? std::string("(none)") : controllers));
-    } else if (fstype == "cgroup") {
-      const std::string& opts = *(dash + 3);
-      for (const char* c : {"memory", "cpu", "pids"}) {
-        if (("," + opts + ",").find(std::string(",") + c + ",") != std::string::npos) {
-          r.line(true, false, std::string("cgroup v1 ") + c + " hierarchy", f[4]);
-          any_v1 = true;
-        }
-      }
-    }
+  const CgroupHost host = CgroupHost::detect();
+  if (host.v2_mount) {
+    r.line(true, false, "cgroup v2 at " + *host.v2_mount,
+           "nsbox's cgroup " + host.v2_self_dir + " offers {" + join_words(host.v2_controllers) + "}");
+  } else {
+    r.out << "  info  cgroup v2 is not mounted\n";
   }
-  if (!any_v1) r.out << "  info  no cgroup v1 memory/cpu/pids hierarchies\n";
-  r.out << "  info  resource limits through cgroups are not enforced by this version\n";
+  for (const auto& [controller, dir] : host.v1_self_dirs) {
+    if (controller == "memory" || controller == "cpu" || controller == "cpuacct" ||
+        controller == "pids" || controller == "freezer")
+      r.line(true, false, "cgroup v1 " + controller, dir);
+  }
+  const std::set<std::string> all = {"memory", "cpu", "pids"};
+  const std::string version = host.choose(all);
+  const std::set<std::string> missing = host.missing(all);
+  r.line(missing.empty(), false, "limits enforced through",
+         version.empty() ? std::string("nothing: runs asking for limits are refused unless best-effort")
+                         : "cgroup " + version +
+                               (missing.empty() ? std::string()
+                                                : " (missing: " + join_words(missing) +
+                                                      "; profiles needing them are refused unless best-effort)"));
 }
 
 void check_seccomp(Report& r) {

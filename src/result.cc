@@ -10,6 +10,7 @@ const char* to_string(RunStatus status) {
     case RunStatus::kExitNonzero: return "exit_nonzero";
     case RunStatus::kTimeout: return "timeout";
     case RunStatus::kKilled: return "killed";
+    case RunStatus::kOom: return "oom";
     case RunStatus::kSetupError: return "setup_error";
   }
   return "unknown";
@@ -27,6 +28,9 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["stderr_truncated"] = r.stderr_truncated;
   j["wall_ms"] = r.wall_ms;
   j["cpu_ms"] = r.cpu_ms;
+  j["peak_memory_bytes"] = r.peak_memory_bytes >= 0 ? json(r.peak_memory_bytes) : json(nullptr);
+  j["limits_hit"] = r.limits_hit;
+  j["warnings"] = r.warnings;
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   return j;
 }

@@ -10,6 +10,9 @@ const char* resource_name(int resource) {
     case RLIMIT_CORE: return "RLIMIT_CORE";
     case RLIMIT_NOFILE: return "RLIMIT_NOFILE";
     case RLIMIT_FSIZE: return "RLIMIT_FSIZE";
+    case RLIMIT_CPU: return "RLIMIT_CPU";
+    case RLIMIT_NPROC: return "RLIMIT_NPROC";
+    case RLIMIT_DATA: return "RLIMIT_DATA";
     default: return "rlimit";
   }
 }
@@ -22,6 +25,25 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
       {RLIMIT_NOFILE, {limits.open_files, limits.open_files}},
       {RLIMIT_FSIZE, {limits.file_size, limits.file_size}},
   };
+}
+
+std::vector<RlimitSetting> standin_rlimits(const Limits& limits,
+                                           const std::set<std::string>& missing,
+                                           bool cpu_time_unenforced) {
+  std::vector<RlimitSetting> out;
+  if (missing.count("memory")) {
+    const rlim_t bytes = limits.cgroup.memory_bytes;
+    out.push_back({RLIMIT_DATA, {bytes, bytes}});
+  }
+  if (missing.count("pids")) {
+    const rlim_t n = limits.cgroup.pids;
+    out.push_back({RLIMIT_NPROC, {n, n}});
+  }
+  if (cpu_time_unenforced) {
+    const rlim_t sec = static_cast<rlim_t>((limits.cpu_time.count() + 999) / 1000);
+    out.push_back({RLIMIT_CPU, {sec, sec + 1}});
+  }
+  return out;
 }
 
 int apply_rlimits(const RlimitSetting* settings, size_t count, const char** name) noexcept {

@@ -82,12 +82,18 @@ class SandboxProcess {
   bool reaped_ = false;
 };
 
-SandboxProcess clone_sandbox(const ChildConfig& config) {
+// Clones PID 1 of the sandbox, straight into cgroup_fd when given: it never
+// runs a single instruction outside its limits.
+SandboxProcess clone_sandbox(const ChildConfig& config, int cgroup_fd) {
   int pidfd = -1;
   clone_args args{};
   args.flags = kSandboxNamespaces | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
   args.exit_signal = SIGCHLD;
+  if (cgroup_fd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup_fd);
+  }
   long pid = ::syscall(SYS_clone3, &args, sizeof(args));
   if (pid < 0) throw SysError("clone3", "sandbox namespaces", errno);
   if (pid == 0) run_sandbox_child(config);
@@ -128,22 +134,43 @@ struct Observation {
   std::optional<ChildFailure> failure;
   std::optional<InitReport> report;
   bool timed_out = false;
+  bool cpu_time_exceeded = false;
   bool cancelled = false;
   int init_status = 0;
   rusage usage{};
 };
 
+// What the supervision loop watches.
+struct Watch {
+  SandboxProcess& proc;
+  UniqueFd error_fd;
+  UniqueFd report_fd;
+  OutputCapture* out = nullptr;
+  OutputCapture* err = nullptr;
+  int cancel_fd = -1;
+  std::optional<Clock::time_point> deadline;
+  RunCgroup* cgroup = nullptr;
+  std::chrono::milliseconds cpu_time{0};  // enforced from the cgroup's usage
+};
+
+// How often the run's CPU usage is read when cpu_time is enforced.
+constexpr int kCpuTimeTickMs = 20;
+
+int ms_until(Clock::time_point t) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left + 1, 0, INT32_MAX));
+}
+
 // Waits for the sandbox to end while draining its output, enforcing the wall
-// deadline and honouring cancel_fd.
-Observation supervise(SandboxProcess& proc, UniqueFd error_fd, UniqueFd report_fd,
-                      OutputCapture* out, OutputCapture* err, int cancel_fd,
-                      Clock::time_point deadline, bool has_deadline) {
+// deadline and the CPU time, and honouring cancel_fd.
+Observation supervise(Watch w) {
   Observation obs;
   bool init_running = true;
   // After PID 1 is gone every writer is dead too; the drain is bounded anyway.
   std::optional<Clock::time_point> drain_deadline;
+  const bool enforce_cpu = w.cgroup && w.cpu_time.count() > 0;
   for (;;) {
-    const bool pipes_open = error_fd || report_fd || (out && out->open()) || (err && err->open());
+    const bool pipes_open = w.error_fd || w.report_fd || (w.out && w.out->open()) || (w.err && w.err->open());
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
 
@@ -153,58 +180,58 @@ Observation supervise(SandboxProcess& proc, UniqueFd error_fd, UniqueFd report_f
       fds[n] = {fd, POLLIN, 0};
       return n++;
     };
-    int i_proc = init_running ? add(proc.pidfd()) : -1;
-    int i_err = error_fd ? add(error_fd.get()) : -1;
-    int i_rep = report_fd ? add(report_fd.get()) : -1;
-    int i_out = out && out->open() ? add(out->fd()) : -1;
-    int i_errout = err && err->open() ? add(err->fd()) : -1;
-    int i_cancel = init_running && cancel_fd >= 0 ? add(cancel_fd) : -1;
+    int i_proc = init_running ? add(w.proc.pidfd()) : -1;
+    int i_err = w.error_fd ? add(w.error_fd.get()) : -1;
+    int i_rep = w.report_fd ? add(w.report_fd.get()) : -1;
+    int i_out = w.out && w.out->open() ? add(w.out->fd()) : -1;
+    int i_errout = w.err && w.err->open() ? add(w.err->fd()) : -1;
+    int i_cancel = init_running && w.cancel_fd >= 0 ? add(w.cancel_fd) : -1;
 
     int timeout_ms = -1;
-    auto now = Clock::now();
-    if (init_running && has_deadline && !obs.timed_out) {
-      timeout_ms = static_cast<int>(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1));
-    }
-    if (drain_deadline) {
-      int left = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(*drain_deadline - now).count());
-      timeout_ms = timeout_ms < 0 ? std::max(left, 0) : std::min(timeout_ms, std::max(left, 0));
-    }
+    auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
+    const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cancelled;
+    if (init_running && w.deadline && !killing) shorten(ms_until(*w.deadline));
+    if (init_running && enforce_cpu && !killing) shorten(kCpuTimeTickMs);
+    if (drain_deadline) shorten(ms_until(*drain_deadline));
     int ready = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
     if (ready < 0) {
       if (errno == EINTR) continue;
       throw SysError("poll", "sandbox", errno);
     }
-    if (init_running && has_deadline && !obs.timed_out && Clock::now() >= deadline) {
-      obs.timed_out = true;
-      proc.kill();
+    if (init_running && !killing) {
+      if (w.deadline && Clock::now() >= *w.deadline) {
+        obs.timed_out = true;
+        w.proc.kill();
+      } else if (enforce_cpu && w.cgroup->usage().cpu_ms >= w.cpu_time.count()) {
+        obs.cpu_time_exceeded = true;
+        w.proc.kill();
+      }
     }
     auto readable = [&](int idx) { return idx >= 0 && (fds[idx].revents & (POLLIN | POLLHUP | POLLERR)); };
     if (readable(i_err)) {
       ChildFailure failure{};
-      if (read_full(error_fd.get(), &failure, sizeof(failure)) == sizeof(failure)) {
+      if (read_full(w.error_fd.get(), &failure, sizeof(failure)) == sizeof(failure)) {
         if (!obs.failure) obs.failure = failure;
       } else {
-        error_fd.reset();
+        w.error_fd.reset();
       }
     }
     if (readable(i_rep)) {
       InitReport report{};
-      if (read_full(report_fd.get(), &report, sizeof(report)) == sizeof(report)) {
+      if (read_full(w.report_fd.get(), &report, sizeof(report)) == sizeof(report)) {
         obs.report = report;
       } else {
-        report_fd.reset();
+        w.report_fd.reset();
       }
     }
-    if (readable(i_out)) out->on_readable();
-    if (readable(i_errout)) err->on_readable();
+    if (readable(i_out)) w.out->on_readable();
+    if (readable(i_errout)) w.err->on_readable();
     if (readable(i_cancel) && !obs.cancelled) {
       obs.cancelled = true;
-      proc.kill();
+      w.proc.kill();
     }
     if (readable(i_proc)) {
-      obs.init_status = proc.reap(&obs.usage);
+      obs.init_status = w.proc.reap(&obs.usage);
       init_running = false;
       drain_deadline = Clock::now() + std::chrono::seconds(1);
     }
@@ -219,8 +246,8 @@ void fill_outcome(const Observation& obs, Result& r) {
     r.exit_code = exit_code_for_failure(*obs.failure);
     return;
   }
-  if (obs.timed_out || obs.cancelled) {
-    r.status = obs.timed_out ? RunStatus::kTimeout : RunStatus::kKilled;
+  if (obs.timed_out || obs.cpu_time_exceeded || obs.cancelled) {
+    r.status = obs.cancelled ? RunStatus::kKilled : RunStatus::kTimeout;
     r.signal = SIGKILL;
     r.exit_code = 128 + SIGKILL;
     return;
@@ -245,12 +272,92 @@ void fill_outcome(const Observation& obs, Result& r) {
   r.exit_code = 128 + sig;
 }
 
+// The cgroup's figures are the run's: every process, even those PID 1 never
+// reaped. An OOM kill turns a killed run into status oom.
+void apply_cgroup_usage(const CgroupUsage& usage, Result& r) {
+  if (usage.cpu_ms >= 0) r.cpu_ms = usage.cpu_ms;
+  r.peak_memory_bytes = usage.peak_memory_bytes;
+  if (usage.oom_kills > 0) {
+    r.limits_hit.push_back("memory");
+    if (r.status == RunStatus::kKilled || r.status == RunStatus::kExitNonzero) r.status = RunStatus::kOom;
+  }
+  if (usage.pids_limit_hits > 0) r.limits_hit.push_back("pids");
+  if (usage.cpu_throttled > 0) r.limits_hit.push_back("cpu");
+}
+
+void note_limits_hit(const Observation& obs, Result& r) {
+  if (obs.cpu_time_exceeded) r.limits_hit.push_back("cpu_time");
+  if (obs.timed_out) r.limits_hit.push_back("wall_time");
+  if (r.stdout_truncated || r.stderr_truncated) r.limits_hit.push_back("output");
+}
+
 }  // namespace
 
-Launcher::Launcher() : seccomp_(SeccompProgram::default_policy()), host_ids_(choose_host_ids()) {
+Launcher::Launcher(const LauncherOptions& options)
+    : seccomp_(SeccompProgram::default_policy()),
+      host_ids_(choose_host_ids()),
+      cgroups_(options.cgroup_host ? *options.cgroup_host : CgroupHost::detect(options.cgroup_parent)) {
   // Supplementary groups survive into a user namespace (setgroups is denied
   // there), so a root supervisor drops its own before cloning any sandbox.
   if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) throw SysError("setgroups", "[]", errno);
+  remove_stale_run_cgroups(cgroups_);
+}
+
+namespace {
+
+std::string join(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out;
+}
+
+std::string describe_host_cgroups(const CgroupHost& host) {
+  std::string v1;
+  for (const auto& [c, dir] : host.v1_self_dirs) v1 += (v1.empty() ? "" : ", ") + c;
+  return "cgroup v2 " + (host.v2_mount ? "at " + host.v2_self_dir + " offers {" + join(host.v2_controllers) + "}"
+                                       : std::string("is not mounted")) +
+         "; cgroup v1 hierarchies: {" + v1 + "}";
+}
+
+// What stands in, and what is lost, when a controller is missing.
+std::string best_effort_note(const std::string& controller) {
+  if (controller == "memory") return "memory limit applied per process as RLIMIT_DATA, not to the run as a whole; no OOM reporting";
+  if (controller == "pids") return "pids limit applied as RLIMIT_NPROC of the sandbox user";
+  if (controller == "cpu") return "cpus (CPU bandwidth) not limited";
+  return controller + " not limited";
+}
+
+}  // namespace
+
+std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
+                                                 std::set<std::string>& unenforced) const {
+  const std::set<std::string> needed = controllers_for(spec.limits.cgroup);
+  const bool wants_cpu_time = spec.limits.cpu_time.count() > 0;
+  const std::string version = cgroups_.choose(needed.empty() ? std::set<std::string>{"memory", "cpu", "pids"} : needed);
+  unenforced = needed.empty() ? std::set<std::string>{} : cgroups_.missing(needed);
+  if (!unenforced.empty() && !spec.limits.best_effort) {
+    throw SysError("cgroup", "the run asks for " + join(unenforced) + " limits but this host has no " +
+                                 join(unenforced) + " controller (" + describe_host_cgroups(cgroups_) +
+                                 "); set limits.enforcement: best-effort to run without them",
+                   ENOTSUP);
+  }
+  std::unique_ptr<RunCgroup> cgroup;
+  if (!version.empty()) {
+    try {
+      cgroup = create_run_cgroup(cgroups_, version, spec.limits.cgroup, next_run_cgroup_name());
+    } catch (const SysError& e) {
+      if (!needed.empty() && !spec.limits.best_effort) throw;
+      unenforced.insert(needed.begin(), needed.end());
+      warnings.push_back(std::string("no cgroup for this run (") + e.what() + ")");
+    }
+  }
+  for (const auto& c : unenforced) warnings.push_back(best_effort_note(c));
+  if (wants_cpu_time && !cgroup) {
+    if (!spec.limits.best_effort)
+      throw SysError("cgroup", "cpu_time needs a cgroup to measure the run's CPU time, and none could be created", ENOTSUP);
+    warnings.push_back("cpu_time applied per process as RLIMIT_CPU, not to the run as a whole");
+  }
+  return cgroup;
 }
 
 Result Launcher::run(const RunSpec& input, int cancel_fd) const {
@@ -264,7 +371,12 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     CStringArray argv(spec.argv);
     CStringArray envp(env_strings(spec));
     const std::string search_path = find_env(spec, "PATH", "/usr/local/bin:/usr/bin:/bin");
-    const auto rlimits = rlimits_for(spec.limits);
+    std::set<std::string> unenforced;
+    std::unique_ptr<RunCgroup> cgroup = make_cgroup(spec, result.warnings, unenforced);
+    auto rlimits = rlimits_for(spec.limits);
+    for (const auto& extra : standin_rlimits(spec.limits, unenforced,
+                                             spec.limits.cpu_time.count() > 0 && !cgroup))
+      rlimits.push_back(extra);
 
     Pipe sync = Pipe::create();
     Pipe errors = Pipe::create();
@@ -306,7 +418,7 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .seccomp = seccomp_.program(),
     };
 
-    SandboxProcess proc = clone_sandbox(config);
+    SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);
     sync.read.reset();
     errors.write.reset();
     reports.write.reset();
@@ -320,15 +432,25 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       err.emplace(std::move(err_pipe->read), spec.limits.stderr_bytes);
     }
 
+    // v1 has no CLONE_INTO_CGROUP: the child joins while it waits for the
+    // sync byte, before it runs anything of its own.
+    if (cgroup && cgroup->clone_into_fd() < 0) cgroup->add_process(proc.pid());
     write_id_maps(proc.pid(), spec.sandbox_uid, spec.sandbox_gid, host_ids_);
     // sync.write stays open until the run ends: the child treats its hang-up
     // as the supervisor's death.
     if (::write(sync.write.get(), "g", 1) != 1) throw SysError("write", "sandbox sync pipe", errno);
 
-    const bool has_deadline = spec.limits.wall_time.count() > 0;
-    Observation obs = supervise(proc, std::move(errors.read), std::move(reports.read),
-                                out ? &*out : nullptr, err ? &*err : nullptr, cancel_fd,
-                                start + spec.limits.wall_time, has_deadline);
+    Watch watch{.proc = proc,
+                .error_fd = std::move(errors.read),
+                .report_fd = std::move(reports.read),
+                .out = out ? &*out : nullptr,
+                .err = err ? &*err : nullptr,
+                .cancel_fd = cancel_fd,
+                .deadline = std::nullopt,
+                .cgroup = cgroup.get(),
+                .cpu_time = spec.limits.cpu_time};
+    if (spec.limits.wall_time.count() > 0) watch.deadline = start + spec.limits.wall_time;
+    Observation obs = supervise(std::move(watch));
     fill_outcome(obs, result);
     result.cpu_ms = to_ms(obs.usage.ru_utime) + to_ms(obs.usage.ru_stime);
     if (out) {
@@ -337,8 +459,15 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       result.stderr_data = std::move(err->data());
       result.stderr_truncated = err->truncated();
     }
+    if (cgroup) {
+      cgroup->kill_all();
+      apply_cgroup_usage(cgroup->usage(), result);
+    }
+    note_limits_hit(obs, result);
   } catch (const SysError& e) {
+    std::vector<std::string> warnings = std::move(result.warnings);
     result = Result{};
+    result.warnings = std::move(warnings);
     result.status = RunStatus::kSetupError;
     result.error = e.what();
     result.exit_code = kSetupFailedExit;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -14,6 +15,7 @@ enum class RunStatus {
   kExitNonzero,  // exited with a non-zero code
   kTimeout,      // killed at the wall-clock deadline
   kKilled,       // killed by a signal (its own, or nsbox's teardown on SIGINT/SIGTERM)
+  kOom,          // killed for exceeding its memory limit
   kSetupError,   // the sandbox could not be built or the command not started
 };
 
@@ -29,6 +31,11 @@ struct Result {
   bool stderr_truncated = false;
   int64_t wall_ms = 0;
   int64_t cpu_ms = 0;
+  int64_t peak_memory_bytes = -1;  // -1: unknown (no memory cgroup)
+  // Limits that ended or throttled the run: memory, pids, cpu, cpu_time,
+  // wall_time, output.
+  std::vector<std::string> limits_hit;
+  std::vector<std::string> warnings;  // e.g. a limit not enforced under best-effort
   std::string error;           // setup failure as "step object: strerror"
 
   // The code `nsbox run` exits with: the workload's, 128+signal, or 125/126/127

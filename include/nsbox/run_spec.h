@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "nsbox/cgroup.h"
+
 namespace nsbox {
 
 struct Limits {
@@ -19,6 +21,11 @@ struct Limits {
   uint64_t stderr_bytes = 1ull << 20;
   uint64_t open_files = 1024;              // RLIMIT_NOFILE
   uint64_t file_size = 256ull << 20;       // RLIMIT_FSIZE
+  CgroupLimits cgroup;                     // memory, pids, cpus (cgroup controllers)
+  std::chrono::milliseconds cpu_time{0};   // CPU time of the whole run; 0: none
+  // Run even when the host cannot enforce a limit, with rlimits standing in
+  // where they can and a warning in the Result; otherwise such a run is refused.
+  bool best_effort = false;
 };
 
 // A host path bound into the sandbox. The source is opened without following

@@ -3,7 +3,15 @@
 
 #include <sched.h>
 
+#include <optional>
+#include <set>
+
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "nsbox/caps.h"
+#include "nsbox/cgroup.h"
 #include "nsbox/result.h"
 #include "nsbox/run_spec.h"
 #include "nsbox/seccomp.h"
@@ -22,9 +30,19 @@ constexpr unsigned long kSandboxNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE
 // Not thread-safe: the process that launches must be single-threaded (see
 // child.h). Constructed by root, it drops the process's supplementary groups,
 // which would otherwise follow every sandbox into its user namespace.
+struct LauncherOptions {
+  // The cgroup v2 directory under which run cgroups are created (default:
+  // the cgroup nsbox runs in), e.g. a systemd slice with Delegate=yes.
+  std::string cgroup_parent;
+  // Detected from the host when empty; tests pass a host lacking controllers.
+  std::optional<CgroupHost> cgroup_host;
+};
+
 class Launcher {
  public:
-  Launcher();
+  // Detects the host's cgroups and removes run cgroups left by nsbox
+  // processes that died without cleaning up.
+  explicit Launcher(const LauncherOptions& options = {});
 
   // Runs one sandbox to completion. cancel_fd, if >= 0, is polled: when it
   // becomes readable (e.g. a signalfd for SIGINT/SIGTERM) the sandbox is torn
@@ -34,12 +52,20 @@ class Launcher {
   Result run(const RunSpec& spec, int cancel_fd = -1) const;
 
   const HostIds& host_ids() const { return host_ids_; }
+  const CgroupHost& cgroup_host() const { return cgroups_; }
   const SeccompProgram& seccomp() const { return seccomp_; }
 
  private:
   SeccompProgram seccomp_;
   CapabilityDrop caps_;
   HostIds host_ids_;
+  CgroupHost cgroups_;
+
+  // The run's cgroup, or null when the run needs none and the host offers
+  // none. Refuses (SysError/UsageError) when a limit cannot be enforced and
+  // spec.limits.best_effort is off; otherwise records warnings.
+  std::unique_ptr<RunCgroup> make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
+                                         std::set<std::string>& unenforced) const;
 };
 
 }  // namespace nsbox

@@ -27,11 +27,11 @@ std::set<std::string> dir_entries(const std::string& path) {
   return out;
 }
 
-// nsbox's own entries in the temp area (tests name theirs nsboxtest-*).
+// nsbox's per-run entries in the temp area (workspaces are named nsbox-run-*).
 std::set<std::string> nsbox_temp_entries() {
   std::set<std::string> out;
   for (const auto& name : dir_entries("/tmp"))
-    if (name.rfind("nsbox-", 0) == 0) out.insert(name);
+    if (name.rfind("nsbox-run-", 0) == 0) out.insert(name);
   return out;
 }
 

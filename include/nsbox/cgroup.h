@@ -1,0 +1,95 @@
+// Cgroups: one cgroup per run bounds its memory, CPU and process count, is the
+// source of its usage figures, and is killed and removed as a whole at the
+// end. cgroup v2 where the host offers the controllers there; else the v1
+// hierarchies (hybrid hosts). nsbox only ever creates cgroups below the ones
+// it runs in, and removes every one it creates.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;            // 0: no memory limit
+  uint64_t pids = 0;                    // 0: no pids limit
+  double cpus = 0;                      // 0: no CPU bandwidth limit
+  bool any() const { return memory_bytes || pids || cpus > 0; }
+};
+
+// What the host offers, found from /proc/self/mountinfo and /proc/self/cgroup.
+struct CgroupHost {
+  // cgroup2: the mount point, the cgroup nsbox runs in (absolute directory)
+  // and the controllers available to it (cgroup.controllers there).
+  std::optional<std::string> v2_mount;
+  std::string v2_self_dir;
+  std::set<std::string> v2_controllers;
+  // cgroup v1: controller -> the directory of nsbox's own cgroup in that
+  // hierarchy (e.g. "memory" -> "/sys/fs/cgroup/memory/process_api/x").
+  std::map<std::string, std::string> v1_self_dirs;
+
+  // Overrides nsbox's own cgroup as the parent of run cgroups (tests use it
+  // to simulate hosts lacking a controller; operators to use a delegated
+  // slice). For v2 only.
+  static CgroupHost detect(const std::string& v2_parent_override = "");
+
+  // Which version nsbox uses for limits: v2 when it has every controller
+  // `needed` asks for (memory, cpu, pids), else v1 when it has them, else
+  // the version with the most of them. Empty: neither has any.
+  std::string choose(const std::set<std::string>& needed) const;
+  // Controllers of `needed` that the chosen version lacks.
+  std::set<std::string> missing(const std::set<std::string>& needed) const;
+};
+
+// Controllers a set of limits needs ("memory", "cpu", "pids").
+std::set<std::string> controllers_for(const CgroupLimits& limits);
+
+struct CgroupUsage {
+  int64_t cpu_ms = -1;           // -1: unknown
+  int64_t peak_memory_bytes = -1;
+  uint64_t oom_kills = 0;
+  uint64_t pids_limit_hits = 0;
+  uint64_t cpu_throttled = 0;    // periods in which the run was throttled
+};
+
+// The cgroup of one run (in every hierarchy that applies). Created before
+// clone; the destructor kills every process still in it, waits until it is
+// empty and removes it.
+class RunCgroup {
+ public:
+  virtual ~RunCgroup() = default;
+  // A directory fd for clone3(CLONE_INTO_CGROUP), or -1 when the child has
+  // to be moved in with add_process before it runs anything (v1).
+  virtual int clone_into_fd() const = 0;
+  virtual void add_process(pid_t pid) = 0;
+  virtual CgroupUsage usage() const = 0;
+  virtual void kill_all() = 0;
+  virtual std::string describe() const = 0;  // where it lives, for logs
+};
+
+// Creates the cgroup of a run named run_name with limits, using version
+// `version` ("v1" or "v2") of host. Throws SysError naming the file that
+// could not be created or written.
+std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,
+                                             const CgroupLimits& limits,
+                                             const std::string& run_name);
+
+// Name of this process's runs: "run-<pid>-<starttime>-<n>". A run cgroup
+// whose named process is gone (or has another start time) is stale.
+std::string next_run_cgroup_name();
+
+// Removes the run cgroups of nsbox processes that died without cleaning up
+// (SIGKILL, power loss): kills what is left in them, then rmdir. Touches only
+// directories named run-* inside nsbox's own "nsbox" parent directories.
+// Returns how many were removed.
+int remove_stale_run_cgroups(const CgroupHost& host);
+
+}  // namespace nsbox

@@ -1,0 +1,272 @@
+// Detection of the host's cgroups and the parts common to v1 and v2.
+#include "nsbox/cgroup.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+
+#include "cgroup_internal.h"
+#include "nsbox/error.h"
+
+namespace nsbox {
+
+namespace cgroup_internal {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool try_read_text(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+void write_text(const std::string& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw SysError("open", path, errno);
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n < 0) throw SysError("write " + value + " to", path, err);
+}
+
+// "key value" lines (memory.events, pids.events, cpu.stat, oom_control).
+int64_t read_keyed(const std::string& path, const std::string& key) {
+  std::string text;
+  if (!try_read_text(path, &text)) return -1;
+  std::istringstream in(text);
+  std::string k;
+  int64_t v;
+  while (in >> k >> v) {
+    if (k == key) return v;
+  }
+  return -1;
+}
+
+int64_t read_number(const std::string& path) {
+  std::string text;
+  if (!try_read_text(path, &text)) return -1;
+  try {
+    return std::stoll(text);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+void make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", path, errno);
+}
+
+std::vector<pid_t> read_pids(const std::string& procs_file) {
+  std::vector<pid_t> pids;
+  std::istringstream in(read_text(procs_file));
+  pid_t pid;
+  while (in >> pid) pids.push_back(pid);
+  return pids;
+}
+
+std::vector<std::string> list_subdirs(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') out.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+// Field 22 of /proc/<pid>/stat: the process's start time, which tells a live
+// process from a new one that reused its pid.
+std::string process_start_time(pid_t pid) {
+  std::string stat;
+  if (!try_read_text("/proc/" + std::to_string(pid) + "/stat", &stat)) return {};
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos) return {};
+  std::istringstream in(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && (in >> field); ++i) {
+    if (i == 22) return field;
+  }
+  return {};
+}
+
+bool run_owner_alive(const std::string& run_name) {
+  // run-<pid>-<starttime>-<n>
+  std::istringstream in(run_name);
+  std::string prefix, pid_text, start;
+  if (!std::getline(in, prefix, '-') || prefix != "run") return true;  // not ours: keep
+  if (!std::getline(in, pid_text, '-') || !std::getline(in, start, '-')) return true;
+  pid_t pid = 0;
+  try {
+    pid = static_cast<pid_t>(std::stol(pid_text));
+  } catch (const std::exception&) {
+    return true;
+  }
+  return process_start_time(pid) == start;
+}
+
+}  // namespace cgroup_internal
+
+using namespace cgroup_internal;
+
+namespace {
+
+struct MountEntry {
+  std::string mount_point;
+  std::string root;  // the cgroup path mounted there
+  std::string fstype;
+  std::string super_options;
+};
+
+std::vector<MountEntry> cgroup_mounts() {
+  std::vector<MountEntry> out;
+  std::istringstream in(read_text("/proc/self/mountinfo"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    auto dash = std::find(f.begin(), f.end(), "-");
+    if (dash == f.end() || f.size() < 5 || dash + 3 >= f.end()) continue;
+    const std::string& fstype = *(dash + 1);
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    out.push_back({f[4], f[3], fstype, *(dash + 3)});
+  }
+  return out;
+}
+
+std::set<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::set<std::string> out;
+  for (std::string w; in >> w;) out.insert(w);
+  return out;
+}
+
+// "/sys/fs/cgroup/memory" + "/process_api/x" relative to the mount's root.
+std::string join_cgroup_path(const MountEntry& m, const std::string& cgroup_path) {
+  std::string rel = cgroup_path;
+  if (m.root != "/" && rel.rfind(m.root, 0) == 0) rel = rel.substr(m.root.size());
+  if (rel == "/") rel.clear();
+  return m.mount_point + rel;
+}
+
+}  // namespace
+
+CgroupHost CgroupHost::detect(const std::string& v2_parent_override) {
+  CgroupHost host;
+  // /proc/self/cgroup: "0::/path" (v2) and "N:ctrl1,ctrl2:/path" (v1).
+  std::string v2_path;
+  std::map<std::string, std::string> v1_paths;
+  std::istringstream in(read_text("/proc/self/cgroup"));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto first = line.find(':');
+    auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (controllers.empty()) {
+      v2_path = path;
+      continue;
+    }
+    std::istringstream cs(controllers);
+    for (std::string c; std::getline(cs, c, ',');) v1_paths[c] = path;
+  }
+  for (const auto& m : cgroup_mounts()) {
+    if (m.fstype == "cgroup2") {
+      if (host.v2_mount) continue;
+      host.v2_mount = m.mount_point;
+      host.v2_self_dir = v2_parent_override.empty() ? join_cgroup_path(m, v2_path) : v2_parent_override;
+      host.v2_controllers = split_words(read_text(host.v2_self_dir + "/cgroup.controllers"));
+      continue;
+    }
+    for (const auto& opt : split_words([&] {
+           std::string s = m.super_options;
+           std::replace(s.begin(), s.end(), ',', ' ');
+           return s;
+         }())) {
+      if (v1_paths.count(opt) && !host.v1_self_dirs.count(opt))
+        host.v1_self_dirs[opt] = join_cgroup_path(m, v1_paths[opt]);
+    }
+  }
+  return host;
+}
+
+std::set<std::string> controllers_for(const CgroupLimits& limits) {
+  std::set<std::string> out;
+  if (limits.memory_bytes) out.insert("memory");
+  if (limits.cpus > 0) out.insert("cpu");
+  if (limits.pids) out.insert("pids");
+  return out;
+}
+
+namespace {
+
+size_t count_present(const std::set<std::string>& needed, const std::set<std::string>& have) {
+  return static_cast<size_t>(std::count_if(needed.begin(), needed.end(),
+                                           [&](const std::string& c) { return have.count(c); }));
+}
+
+std::set<std::string> v1_controllers(const CgroupHost& host) {
+  std::set<std::string> out;
+  for (const auto& [c, dir] : host.v1_self_dirs) out.insert(c);
+  return out;
+}
+
+}  // namespace
+
+std::string CgroupHost::choose(const std::set<std::string>& needed) const {
+  const size_t v2 = v2_mount ? count_present(needed, v2_controllers) : 0;
+  const size_t v1 = count_present(needed, v1_controllers(*this));
+  if (v2_mount && v2 == needed.size()) return "v2";
+  if (v1 == needed.size() && !v1_self_dirs.empty()) return "v1";
+  if (v2 == 0 && v1 == 0) return {};
+  return v2 >= v1 ? "v2" : "v1";
+}
+
+std::set<std::string> CgroupHost::missing(const std::set<std::string>& needed) const {
+  const std::string version = choose(needed);
+  const std::set<std::string> have = version == "v2" ? v2_controllers
+                                   : version == "v1" ? v1_controllers(*this)
+                                                     : std::set<std::string>{};
+  std::set<std::string> out;
+  for (const auto& c : needed)
+    if (!have.count(c)) out.insert(c);
+  return out;
+}
+
+std::string next_run_cgroup_name() {
+  static const std::string owner =
+      std::to_string(::getpid()) + "-" + process_start_time(::getpid());
+  static unsigned long counter = 0;
+  return "run-" + owner + "-" + std::to_string(++counter);
+}
+
+std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,
+                                             const CgroupLimits& limits,
+                                             const std::string& run_name) {
+  if (version == "v2") return create_v2_run_cgroup(host, limits, run_name);
+  if (version == "v1") return create_v1_run_cgroup(host, limits, run_name);
+  throw SysError("cgroup", "no usable cgroup hierarchy", ENOENT);
+}
+
+int remove_stale_run_cgroups(const CgroupHost& host) {
+  return remove_stale_v2(host) + remove_stale_v1(host);
+}
+
+}  // namespace nsbox

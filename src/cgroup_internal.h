@@ -1,0 +1,41 @@
+// Helpers shared by the cgroup v1 and v2 implementations.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nsbox/cgroup.h"
+
+namespace nsbox::cgroup_internal {
+
+std::string read_text(const std::string& path);
+bool try_read_text(const std::string& path, std::string* out);
+void write_text(const std::string& path, const std::string& value);
+int64_t read_keyed(const std::string& path, const std::string& key);
+int64_t read_number(const std::string& path);
+void make_dir(const std::string& path);
+std::vector<pid_t> read_pids(const std::string& procs_file);
+std::vector<std::string> list_subdirs(const std::string& dir);
+std::string process_start_time(pid_t pid);
+// False only for a run-<pid>-<start>-<n> name whose nsbox process is gone.
+bool run_owner_alive(const std::string& run_name);
+
+// The directory under nsbox's own cgroup that holds its run cgroups.
+constexpr const char* kParentName = "nsbox";
+
+}  // namespace nsbox::cgroup_internal
+
+namespace nsbox {
+
+std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const CgroupLimits& limits,
+                                                const std::string& run_name);
+std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const CgroupLimits& limits,
+                                                const std::string& run_name);
+int remove_stale_v2(const CgroupHost& host);
+int remove_stale_v1(const CgroupHost& host);
+
+}  // namespace nsbox

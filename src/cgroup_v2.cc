@@ -1,0 +1,149 @@
+// cgroup v2: a leaf per run under <nsbox's cgroup>/nsbox, joined atomically
+// with clone3(CLONE_INTO_CGROUP), killed with cgroup.kill.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include "cgroup_internal.h"
+#include "nsbox/error.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+using namespace cgroup_internal;
+
+namespace {
+
+// Enables controllers for the children of dir. A cgroup that holds processes
+// may not enable them (the no-internal-processes rule): nsbox then moves
+// itself into a leaf "supervisor" first. Other programs' processes are never
+// moved; if they share nsbox's cgroup, this fails with a clear message.
+void enable_controllers(const std::string& dir, const std::string& controllers) {
+  const std::string control = dir + "/cgroup.subtree_control";
+  try {
+    write_text(control, controllers);
+    return;
+  } catch (const SysError& e) {
+    if (e.err() != EBUSY) throw;
+  }
+  const std::string leaf = dir + "/supervisor";
+  make_dir(leaf);
+  write_text(leaf + "/cgroup.procs", std::to_string(::getpid()));
+  try {
+    write_text(control, controllers);
+  } catch (const SysError& e) {
+    if (e.err() != EBUSY) throw;
+    throw SysError("enable " + controllers + " in", control + " (other processes share nsbox's cgroup; "
+                   "start nsbox in a cgroup of its own, e.g. a systemd unit with Delegate=yes)",
+                   EBUSY);
+  }
+}
+
+std::string controller_list(const CgroupLimits& limits) {
+  std::string out;
+  for (const auto& c : controllers_for(limits)) out += (out.empty() ? "+" : " +") + c;
+  return out;
+}
+
+// Kills everything in dir, waits until it is empty and removes it.
+void destroy(const std::string& dir) {
+  try {
+    write_text(dir + "/cgroup.kill", "1");
+  } catch (const SysError&) {
+    // Kernels before 5.14 lack cgroup.kill: signal each member instead.
+    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+  }
+  for (int i = 0; i < 500; ++i) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return;
+    if (errno != EBUSY) break;
+    // populated goes to 0 once the last killed task has exited.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+  }
+}
+
+class V2RunCgroup : public RunCgroup {
+ public:
+  V2RunCgroup(std::string dir, UniqueFd fd) : dir_(std::move(dir)), fd_(std::move(fd)) {}
+  ~V2RunCgroup() override {
+    fd_.reset();
+    destroy(dir_);
+  }
+  int clone_into_fd() const override { return fd_.get(); }
+  void add_process(pid_t pid) override { write_text(dir_ + "/cgroup.procs", std::to_string(pid)); }
+  CgroupUsage usage() const override {
+    CgroupUsage u;
+    int64_t usec = read_keyed(dir_ + "/cpu.stat", "usage_usec");
+    if (usec >= 0) u.cpu_ms = usec / 1000;
+    u.peak_memory_bytes = read_number(dir_ + "/memory.peak");
+    int64_t oom = read_keyed(dir_ + "/memory.events", "oom_kill");
+    u.oom_kills = oom > 0 ? static_cast<uint64_t>(oom) : 0;
+    int64_t pids_max = read_keyed(dir_ + "/pids.events", "max");
+    u.pids_limit_hits = pids_max > 0 ? static_cast<uint64_t>(pids_max) : 0;
+    int64_t throttled = read_keyed(dir_ + "/cpu.stat", "nr_throttled");
+    u.cpu_throttled = throttled > 0 ? static_cast<uint64_t>(throttled) : 0;
+    return u;
+  }
+  void kill_all() override {
+    try {
+      write_text(dir_ + "/cgroup.kill", "1");
+    } catch (const SysError&) {
+      for (pid_t pid : read_pids(dir_ + "/cgroup.procs")) ::kill(pid, SIGKILL);
+    }
+  }
+  std::string describe() const override { return dir_; }
+
+ private:
+  std::string dir_;
+  UniqueFd fd_;
+};
+
+}  // namespace
+
+std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const CgroupLimits& limits,
+                                                const std::string& run_name) {
+  const std::string parent = host.v2_self_dir + "/" + kParentName;
+  const std::string controllers = controller_list(limits);
+  if (!controllers.empty()) enable_controllers(host.v2_self_dir, controllers);
+  make_dir(parent);
+  if (!controllers.empty()) write_text(parent + "/cgroup.subtree_control", controllers);
+  const std::string dir = parent + "/" + run_name;
+  if (::mkdir(dir.c_str(), 0755) != 0) throw SysError("mkdir", dir, errno);
+  UniqueFd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  auto cg = std::make_unique<V2RunCgroup>(dir, std::move(fd));  // removes dir on any throw below
+  if (limits.memory_bytes) {
+    write_text(dir + "/memory.max", std::to_string(limits.memory_bytes));
+    // No swap: the limit is on memory, not on memory plus disk.
+    if (::access((dir + "/memory.swap.max").c_str(), F_OK) == 0) write_text(dir + "/memory.swap.max", "0");
+    // An OOM kills the whole run, not one random process of it.
+    write_text(dir + "/memory.oom.group", "1");
+  }
+  if (limits.cpus > 0) {
+    const long period = 100000;
+    const long quota = std::max(1000L, static_cast<long>(limits.cpus * period));
+    write_text(dir + "/cpu.max", std::to_string(quota) + " " + std::to_string(period));
+  }
+  if (limits.pids) write_text(dir + "/pids.max", std::to_string(limits.pids));
+  if (cg->clone_into_fd() < 0) throw SysError("open", dir, errno);
+  return cg;
+}
+
+int remove_stale_v2(const CgroupHost& host) {
+  if (!host.v2_mount) return 0;
+  const std::string parent = host.v2_self_dir + "/" + kParentName;
+  int removed = 0;
+  for (const auto& name : list_subdirs(parent)) {
+    if (name.rfind("run-", 0) != 0 || run_owner_alive(name)) continue;
+    destroy(parent + "/" + name);
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace nsbox

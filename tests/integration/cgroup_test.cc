@@ -1,0 +1,218 @@
+// Resource limits through cgroups (v1 on hybrid hosts, v2 in the VM rig):
+// each test runs a real workload against a real limit.
+#include <signal.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "fixture.h"
+#include "nsbox/cgroup.h"
+
+namespace nsbox::testing {
+namespace {
+
+bool has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += s + ",";
+  return out;
+}
+
+int64_t mem_available_kib() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t value;
+  std::string unit;
+  while (in >> key >> value >> unit)
+    if (key == "MemAvailable:") return value;
+  return -1;
+}
+
+// Every run cgroup directory nsbox has under its parents right now.
+std::vector<std::string> run_cgroup_dirs(const CgroupHost& host) {
+  std::vector<std::string> parents;
+  if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
+  for (const auto& [c, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  std::vector<std::string> out;
+  for (const auto& parent : parents) {
+    std::ostringstream cmd;
+    if (DIR* d = ::opendir(parent.c_str())) {
+      while (dirent* e = ::readdir(d))
+        if (std::string(e->d_name).rfind("run-", 0) == 0) out.push_back(parent + "/" + e->d_name);
+      ::closedir(d);
+    }
+  }
+  return out;
+}
+
+class Cgroups : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const CgroupHost& host = launcher().cgroup_host();
+    if (!host.missing({"memory", "cpu", "pids"}).empty())
+      GTEST_SKIP() << "this host has no memory/cpu/pids cgroup controllers; the refusal is tested "
+                      "by FailClosed.*";
+  }
+};
+
+TEST_F(Cgroups, MemoryBombEndsAsOomWithoutHurtingTheHost) {
+  const int64_t before = mem_available_kib();
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "chunks = []\n"
+                               "while True: chunks.append(bytearray(8 << 20))\n"});
+  spec.limits.cgroup.memory_bytes = 64 << 20;
+  spec.limits.wall_time = std::chrono::seconds(20);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kOom) << r.error << r.stderr_data;
+  EXPECT_TRUE(has(r.limits_hit, "memory")) << joined(r.limits_hit);
+  EXPECT_LT(r.wall_ms, 20000);
+  EXPECT_GT(r.peak_memory_bytes, 32 << 20);
+  EXPECT_LE(r.peak_memory_bytes, (64 << 20) + (1 << 20));
+  // The host lost at most a little more than the limit while it ran.
+  EXPECT_GT(mem_available_kib(), before - 256 * 1024);
+}
+
+TEST_F(Cgroups, ForkBombStopsAtPidsMaxAndTheRunEndsOnTime) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import os\n"
+                               "while True:\n"
+                               "    try:\n"
+                               "        os.fork()\n"
+                               "    except OSError:\n"
+                               "        pass\n"});
+  spec.limits.cgroup.pids = 32;
+  spec.limits.wall_time = std::chrono::seconds(3);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kTimeout);
+  EXPECT_TRUE(has(r.limits_hit, "pids")) << joined(r.limits_hit);
+  EXPECT_TRUE(has(r.limits_hit, "wall_time"));
+  EXPECT_LT(r.wall_ms, 6000);
+}
+
+TEST_F(Cgroups, CpuBandwidthLimitThrottlesABusyLoop) {
+  RunSpec spec = capture_spec({"python3", "-c", "while True: pass"});
+  spec.limits.cgroup.cpus = 0.25;
+  spec.limits.wall_time = std::chrono::seconds(2);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kTimeout);
+  EXPECT_TRUE(has(r.limits_hit, "cpu")) << joined(r.limits_hit);
+  // 0.25 CPU for 2 s of wall time is 0.5 s of CPU; unthrottled it would be ~2 s.
+  EXPECT_LE(r.cpu_ms, 650) << "cgroup CPU figure";
+  EXPECT_GE(r.cpu_ms, 300);
+}
+
+TEST_F(Cgroups, CpuTimeLimitKillsABusyLoopAfterAboutOneSecond) {
+  RunSpec spec = capture_spec({"python3", "-c", "while True: pass"});
+  spec.limits.cpu_time = std::chrono::seconds(1);
+  spec.limits.wall_time = std::chrono::seconds(20);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kTimeout);
+  EXPECT_TRUE(has(r.limits_hit, "cpu_time")) << joined(r.limits_hit);
+  EXPECT_FALSE(has(r.limits_hit, "wall_time"));
+  EXPECT_GE(r.cpu_ms, 1000);
+  EXPECT_LE(r.cpu_ms, 1500);
+}
+
+TEST_F(Cgroups, UsageFiguresArePlausible) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import time\n"
+                               "b = bytearray(40 << 20)\n"
+                               "t = time.process_time()\n"
+                               "while time.process_time() - t < 0.2: pass\n"});
+  spec.limits.cgroup.memory_bytes = 256 << 20;
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_GE(r.cpu_ms, 200);
+  EXPECT_LE(r.cpu_ms, r.wall_ms + 50);
+  EXPECT_GE(r.peak_memory_bytes, 40 << 20);
+  EXPECT_LT(r.peak_memory_bytes, 256 << 20);
+  EXPECT_TRUE(r.limits_hit.empty()) << joined(r.limits_hit);
+}
+
+TEST_F(Cgroups, NoRunCgroupRemainsAfterManyRunsOfEveryKind) {
+  const CgroupHost& host = launcher().cgroup_host();
+  const auto before = run_cgroup_dirs(host);
+  for (int i = 0; i < 200; ++i) {
+    RunSpec spec = capture_spec({"true"});
+    spec.limits.cgroup = {.memory_bytes = 64 << 20, .pids = 32, .cpus = 1};
+    switch (i % 4) {
+      case 0: break;
+      case 1: spec.argv = {"sh", "-c", "sleep 10"}; spec.limits.wall_time = std::chrono::milliseconds(30); break;
+      case 2: spec.argv = {"sh", "-c", "kill -KILL $$"}; break;
+      case 3: if (i % 40 == 3) spec.argv = {"python3", "-c", "b = bytearray(100 << 20)"}; break;
+    }
+    run_with(spec);
+  }
+  EXPECT_EQ(run_cgroup_dirs(host), before);
+}
+
+TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
+  const std::string marker = unique_token("nsbox-stale-");
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--memory", "64MiB", "--", "sh", "-c",
+                         "exec sleep 1000 " + marker.substr(0, 0)});
+  // Wait until its run cgroup exists, then kill nsbox without warning.
+  const std::string prefix = "run-" + std::to_string(cli) + "-";
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 500 && dirs.empty(); ++i) {
+    for (const auto& d : run_cgroup_dirs(launcher().cgroup_host()))
+      if (d.find(prefix) != std::string::npos) dirs.push_back(d);
+    ::usleep(10000);
+  }
+  ASSERT_FALSE(dirs.empty()) << "the run cgroup never appeared";
+  ::kill(cli, SIGKILL);
+  wait_cli(cli);
+  for (const auto& d : dirs) EXPECT_EQ(::access(d.c_str(), F_OK), 0) << d << " should be left behind";
+  // Any new nsbox removes it.
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d << " survived";
+}
+
+// A host whose cgroups offer no controllers (v2 mounted, nothing delegated).
+CgroupHost host_without_controllers() {
+  CgroupHost host;
+  host.v2_mount = "/sys/fs/cgroup/unified";
+  host.v2_self_dir = "/nonexistent/nsbox-cgroup";
+  return host;
+}
+
+TEST(FailClosed, MemoryLimitWithoutMemoryControllerIsRefused) {
+  Launcher l(LauncherOptions{.cgroup_parent = {}, .cgroup_host = host_without_controllers()});
+  RunSpec spec = capture_spec({"true"});
+  spec.limits.cgroup.memory_bytes = 64 << 20;
+  Result r = l.run(spec);
+  EXPECT_EQ(r.status, RunStatus::kSetupError);
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.error.find("the run asks for memory limits but this host has no memory controller"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("best-effort"), std::string::npos);
+}
+
+TEST(FailClosed, BestEffortRunsWithAWarningAndStandIns) {
+  Launcher l(LauncherOptions{.cgroup_parent = {}, .cgroup_host = host_without_controllers()});
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import resource as r\n"
+                               "print(r.getrlimit(r.RLIMIT_DATA)[0] >> 20, r.getrlimit(r.RLIMIT_NPROC)[0])\n"});
+  spec.limits.cgroup.memory_bytes = 64 << 20;
+  spec.limits.cgroup.pids = 50;
+  spec.limits.best_effort = true;
+  Result r = l.run(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "64 50\n") << "RLIMIT_DATA and RLIMIT_NPROC stand in";
+  EXPECT_NE(joined(r.warnings).find("memory limit applied per process as RLIMIT_DATA"),
+            std::string::npos)
+      << joined(r.warnings);
+}
+
+}  // namespace
+}  // namespace nsbox::testing
