@@ -104,9 +104,15 @@ void reset_signals() noexcept {
     if (::dup2(c.stdout_fd, 1) < 0) fail(c, "dup2", "stdout", errno);
     if (::dup2(c.stderr_fd, 2) < 0) fail(c, "dup2", "stderr", errno);
   }
+  // The result pipe may itself be fd 3 (and close-on-exec): park it above
+  // the range that is about to be marked, then place it at 3.
+  int result_tmp = -1;
+  if (c.result_fd >= 0 && (result_tmp = ::fcntl(c.result_fd, F_DUPFD_CLOEXEC, 64)) < 0)
+    fail(c, "dup", "result fd", errno);
   // Everything but stdio closes at execve; error_fd stays open until then.
   if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
     fail(c, "close_range", "inherited fds", errno);
+  if (result_tmp >= 0 && ::dup2(result_tmp, 3) < 0) fail(c, "dup2", "result fd 3", errno);
   const char* name = nullptr;
   if (int err = apply_rlimits(c.rlimits, c.rlimit_count, &name)) fail(c, "setrlimit", name, err);
   if (::chdir(c.cwd) != 0) fail(c, "chdir", c.cwd, errno);
@@ -193,7 +199,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // PID 1 keeps nothing of the workload's plumbing and no privilege. It runs
   // as the same user as the workload (to forward signals) but is not
   // dumpable, so the workload cannot read or steer it through /proc.
-  for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd}) {
+  for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd, c.result_fd}) {
     if (fd >= 0) ::close(fd);
   }
   if (c.caps->clear_process_sets(&step) != 0) ::kill(workload, SIGKILL);

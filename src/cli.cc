@@ -6,11 +6,19 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "nsbox/check.h"
 #include "nsbox/doctor.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/profile_loader.h"
+#include "nsbox/runtime.h"
 #include "nsbox/error.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/unique_fd.h"
@@ -21,18 +29,33 @@ namespace {
 
 constexpr int kUsageExit = 2;
 
-struct RunOptions {
-  std::string rootfs = NSBOX_DEFAULT_ROOTFS;
-  double timeout_sec = 0;
-  bool json = false;
-  std::vector<std::string> env;
-  std::string cwd = "/tmp";
-  std::string memory;    // a size, e.g. 256MiB
-  std::string cpu_time;  // a duration, e.g. 10s
+// Options every sandboxed command takes: the profile and what a run may
+// tighten, plus the operator's own choices (rootfs, best-effort).
+struct SandboxOptions {
+  std::string profile = "default";
+  std::string rootfs;          // overrides the profile's
+  double timeout_sec = 0;      // 0: the profile's wall_time
+  std::string memory;          // a size, e.g. 256MiB
+  std::string cpu_time;        // a duration, e.g. 10s
   uint64_t pids = 0;
   double cpus = 0;
   bool best_effort = false;
+  std::vector<std::string> env;
+  std::string cwd = "/tmp";
+};
+
+struct RunOptions {
+  SandboxOptions sandbox;
+  bool json = false;
   std::vector<std::string> command;
+};
+
+struct ExecOptions {
+  SandboxOptions sandbox;
+  std::string language;
+  std::string code_file;
+  std::string inputs = "{}";
+  std::string inputs_file;
 };
 
 template <typename T, typename Parse>
@@ -42,6 +65,25 @@ T parse_flag(const std::string& flag, const std::string& value, Parse parse) {
   } catch (const std::invalid_argument& e) {
     throw UsageError(flag + ": " + e.what());
   }
+}
+
+void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
+  cmd->add_option("--profile", o.profile, "Profile name (looked up in the profile path) or YAML file")
+      ->capture_default_str();
+  cmd->add_option("--rootfs", o.rootfs, "Root tree of the sandbox (default: the profile's)");
+  cmd->add_option("--timeout", o.timeout_sec, "Wall-clock limit in seconds, at most the profile's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--memory", o.memory, "Memory limit of the whole run, e.g. 256MiB, at most the profile's");
+  cmd->add_option("--pids", o.pids, "Maximum number of processes and threads, at most the profile's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cpus", o.cpus, "CPU bandwidth in CPUs, e.g. 0.5, at most the profile's")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's");
+  cmd->add_flag("--best-effort", o.best_effort,
+                "Run even where the host cannot enforce a limit (rlimits stand in; warnings say what is lost)");
+  cmd->add_option("--env", o.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--cwd", o.cwd, "Working directory inside the sandbox")->capture_default_str();
 }
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT become readable on an fd the supervisor polls,
@@ -56,52 +98,109 @@ UniqueFd block_termination_signals() {
   return fd;
 }
 
-RunSpec spec_from_options(const RunOptions& opt) {
-  RunSpec spec;
-  spec.rootfs = opt.rootfs;
-  spec.argv = opt.command;
+std::string executable_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+Profile load_profile_or_explain(const std::string& name) {
+  try {
+    return load_profile(name, default_profile_search(executable_dir()));
+  } catch (const ProfileError& e) {
+    throw UsageError(std::string("profile ") + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(std::string("--profile: ") + e.what());
+  }
+}
+
+// The profile's spec with the flags applied; flags may only tighten limits.
+RunSpec spec_from_options(const SandboxOptions& opt) {
+  const Profile profile = load_profile_or_explain(opt.profile);
+  RunSpec spec = spec_from_profile(profile);
+  if (!opt.rootfs.empty()) spec.rootfs = opt.rootfs;
   spec.cwd = opt.cwd;
-  spec.env = default_environment();
   for (const auto& assignment : opt.env) {
     auto [key, value] = parse_env_assignment(assignment);
     set_env(spec.env, std::move(key), std::move(value));
   }
-  if (opt.timeout_sec < 0 || !std::isfinite(opt.timeout_sec))
-    throw UsageError("--timeout must be a positive number of seconds");
-  spec.limits.wall_time = std::chrono::milliseconds(static_cast<int64_t>(std::llround(opt.timeout_sec * 1000)));
-  if (opt.timeout_sec > 0 && spec.limits.wall_time.count() == 0) spec.limits.wall_time = std::chrono::milliseconds(1);
-  spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
-  if (!opt.memory.empty())
-    spec.limits.cgroup.memory_bytes = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
+  RunOverrides overrides;
+  if (opt.timeout_sec > 0) {
+    if (!std::isfinite(opt.timeout_sec)) throw UsageError("--timeout must be a number of seconds");
+    overrides.wall_time = std::chrono::milliseconds(
+        std::max<int64_t>(1, static_cast<int64_t>(std::llround(opt.timeout_sec * 1000))));
+  }
+  if (!opt.memory.empty()) overrides.memory = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
   if (!opt.cpu_time.empty())
-    spec.limits.cpu_time = parse_flag<std::chrono::milliseconds>("--cpu-time", opt.cpu_time, parse_duration);
-  spec.limits.cgroup.pids = opt.pids;
-  spec.limits.cgroup.cpus = opt.cpus;
-  spec.limits.best_effort = opt.best_effort;
+    overrides.cpu_time = parse_flag<std::chrono::milliseconds>("--cpu-time", opt.cpu_time, parse_duration);
+  if (opt.pids) overrides.pids = opt.pids;
+  if (opt.cpus > 0) overrides.cpus = opt.cpus;
+  apply_overrides(profile, overrides, spec);
+  if (opt.best_effort) spec.limits.best_effort = true;
   return spec;
 }
 
 int run_command(const RunOptions& opt) {
-  RunSpec spec = spec_from_options(opt);
+  RunSpec spec = spec_from_options(opt.sandbox);
+  spec.argv = opt.command;
+  spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
   UniqueFd cancel = block_termination_signals();
   Launcher launcher;
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
               << std::endl;
-  } else if (result.status == RunStatus::kSetupError) {
+    return result.exit_code;
+  }
+  for (const auto& w : result.warnings) std::cerr << "nsbox: warning: " << w << std::endl;
+  if (result.status == RunStatus::kSetupError) {
     std::cerr << "nsbox: " << result.error << std::endl;
-  } else {
-    for (const auto& w : result.warnings) std::cerr << "nsbox: warning: " << w << std::endl;
-    if (result.status == RunStatus::kTimeout) {
-      bool cpu = std::find(result.limits_hit.begin(), result.limits_hit.end(), "cpu_time") != result.limits_hit.end();
-      std::cerr << "nsbox: " << (cpu ? "CPU time limit reached" : "timed out after " + std::to_string(opt.timeout_sec) + "s")
-                << "; sandbox killed" << std::endl;
-    } else if (result.status == RunStatus::kOom) {
-      std::cerr << "nsbox: out of memory; sandbox killed" << std::endl;
-    }
+  } else if (result.status == RunStatus::kTimeout) {
+    const bool cpu = std::find(result.limits_hit.begin(), result.limits_hit.end(), "cpu_time") !=
+                     result.limits_hit.end();
+    std::cerr << "nsbox: " << (cpu ? "CPU time limit of " + format_duration(spec.limits.cpu_time)
+                                   : "time limit of " + format_duration(spec.limits.wall_time))
+              << " reached; sandbox killed" << std::endl;
+  } else if (result.status == RunStatus::kOom) {
+    std::cerr << "nsbox: memory limit of " << format_size(spec.limits.cgroup.memory_bytes)
+              << " reached; sandbox killed" << std::endl;
   }
   return result.exit_code;
+}
+
+std::string read_all(std::istream& in) {
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string read_input_file(const std::string& flag, const std::string& path) {
+  if (path == "-") return read_all(std::cin);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(flag + ": cannot read " + path + ": " + std::strerror(errno));
+  return read_all(in);
+}
+
+int exec_command(const ExecOptions& opt) {
+  ExecRequest request;
+  auto language = parse_language(opt.language);
+  if (!language)
+    throw UsageError("--lang: unsupported language '" + opt.language + "' (python, javascript, node, js)");
+  request.language = *language;
+  request.code = read_input_file("--code", opt.code_file);
+  const std::string inputs_text = opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
+  request.inputs = nlohmann::json::parse(inputs_text, nullptr, false);
+  if (request.inputs.is_discarded()) throw UsageError("--inputs: not valid JSON");
+  if (!request.inputs.is_object()) throw UsageError("--inputs: must be a JSON object");
+  RunSpec spec = spec_from_options(opt.sandbox);
+  UniqueFd cancel = block_termination_signals();
+  Launcher launcher;
+  ExecOutcome outcome = run_exec(launcher, spec, request, cancel.get());
+  std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+            << std::endl;
+  return outcome.run.status == RunStatus::kSetupError ? 125 : 0;
 }
 
 }  // namespace
@@ -113,22 +212,25 @@ int cli_main(int argc, char** argv) {
 
   RunOptions run_opt;
   auto* run = app.add_subcommand("run", "Run CMD in a new sandbox and exit with its exit code");
-  run->add_option("--rootfs", run_opt.rootfs, "Root tree of the sandbox")->capture_default_str();
-  run->add_option("--timeout", run_opt.timeout_sec, "Wall-clock limit in seconds (0: none)")
-      ->check(CLI::NonNegativeNumber);
+  add_sandbox_options(run, run_opt.sandbox);
   run->add_flag("--json", run_opt.json, "Capture output and print a JSON Result");
-  run->add_option("--env", run_opt.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")
-      ->allow_extra_args(false);
-  run->add_option("--cwd", run_opt.cwd, "Working directory inside the sandbox")->capture_default_str();
-  run->add_option("--memory", run_opt.memory, "Memory limit of the whole run, e.g. 256MiB (cgroup)");
-  run->add_option("--pids", run_opt.pids, "Maximum number of processes and threads (cgroup)");
-  run->add_option("--cpus", run_opt.cpus, "CPU bandwidth in CPUs, e.g. 0.5 (cgroup)")
-      ->check(CLI::PositiveNumber);
-  run->add_option("--cpu-time", run_opt.cpu_time, "CPU time of the whole run, e.g. 10s");
-  run->add_flag("--best-effort", run_opt.best_effort,
-                "Run even where the host cannot enforce a limit (rlimits stand in; warnings say what is lost)");
   run->add_option("command", run_opt.command, "CMD ARGS... (after --)")->required();
   run->prefix_command();
+
+  ExecOptions exec_opt;
+  auto* exec = app.add_subcommand("exec", "Run agent code (class Args, main(args)) and print its result as JSON");
+  add_sandbox_options(exec, exec_opt.sandbox);
+  exec->add_option("--lang", exec_opt.language, "python or javascript (node, js)")->required();
+  exec->add_option("--code", exec_opt.code_file, "File with the code, or - for stdin")->required();
+  auto* inputs_opt = exec->add_option("--inputs", exec_opt.inputs, "The inputs object as JSON");
+  exec->add_option("--inputs-file", exec_opt.inputs_file, "File with the inputs object")->excludes(inputs_opt);
+
+  std::vector<std::string> check_files;
+  std::string check_from;
+  auto* check = app.add_subcommand("check", "Validate profiles and print them resolved");
+  check->add_option("--from", check_from, "Source format: openjiuwen (the platform's sandbox_config.yaml)")
+      ->check(CLI::IsMember({"openjiuwen"}));
+  check->add_option("files", check_files, "Profile files")->required();
 
   std::string doctor_rootfs = NSBOX_DEFAULT_ROOTFS;
   auto* doctor = app.add_subcommand("doctor", "Report what this host supports");
@@ -146,6 +248,10 @@ int cli_main(int argc, char** argv) {
       run_opt.command.insert(run_opt.command.end(), rest.begin(), rest.end());
       return run_command(run_opt);
     }
+    if (*exec) return exec_command(exec_opt);
+    if (*check)
+      return run_check(check_files, !check_from.empty(), default_profile_search(executable_dir()),
+                       std::cout, std::cerr);
     if (*doctor) return run_doctor(doctor_rootfs, std::cout);
   } catch (const UsageError& e) {
     std::cerr << "nsbox: " << e.what() << std::endl;

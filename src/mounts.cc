@@ -218,9 +218,13 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
   std::vector<std::string> dir_masks(std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
   std::vector<std::string> file_masks(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
   for (const auto& m : spec.masks) {
-    std::string host = spec.rootfs + m;
+    if (std::find(dir_masks.begin(), dir_masks.end(), m) != dir_masks.end() ||
+        std::find(file_masks.begin(), file_masks.end(), m) != file_masks.end())
+      continue;
+    // /proc inside is a fresh proc of the same kernel: the host's tells its shape.
+    std::string host = m.rfind("/proc/", 0) == 0 ? m : spec.rootfs + m;
     struct stat st {};
-    bool is_dir = m.rfind("/proc/", 0) != 0 && ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    bool is_dir = ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
     (is_dir ? dir_masks : file_masks).push_back(m);
   }
   for (const auto& m : file_masks) {

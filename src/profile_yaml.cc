@@ -27,16 +27,17 @@ int one_based(int zero_based) { return zero_based < 0 ? 1 : zero_based + 1; }
 // What YAML (1.1 or 1.2) would read a plain scalar as, when not a string.
 const char* plain_scalar_kind(const std::string& v) {
   static const std::array<std::string_view, 4> kNull{"", "~", "null", "Null"};
-  static const std::array<std::string_view, 16> kBool{"true",  "True", "TRUE", "false", "False", "FALSE",
-                                                      "yes",   "Yes",  "YES",  "no",    "No",    "NO",
-                                                      "on",    "On",   "off",  "Off"};
+  static const std::array<std::string_view, 16> kBool{
+      "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes",
+      "YES",  "no",   "No",   "NO",    "on",    "On",    "off", "Off"};
   if (v == "NULL" || std::find(kNull.begin(), kNull.end(), v) != kNull.end()) return "null";
   if (std::find(kBool.begin(), kBool.end(), v) != kBool.end()) return "a boolean";
   std::istringstream in(v);
   double d;
   in >> d;
   if (!in.fail() && in.eof()) return "a number";
-  if (v == ".inf" || v == "-.inf" || v == ".nan" || v.rfind("0x", 0) == 0 || v.rfind("0o", 0) == 0) {
+  if (v == ".inf" || v == "-.inf" || v == ".nan" || v.rfind("0x", 0) == 0 ||
+      v.rfind("0o", 0) == 0) {
     return "a number";
   }
   return nullptr;
@@ -87,7 +88,8 @@ std::string path_problem(const std::string& path) {
     if (!part.empty()) normal += "/" + std::string(part);
     start = end + 1;
   }
-  if (normal != path) return "the path \"" + path + "\" is not in normal form: write \"" + normal + "\"";
+  if (normal != path)
+    return "the path \"" + path + "\" is not in normal form: write \"" + normal + "\"";
   return "";
 }
 
@@ -158,8 +160,18 @@ std::string closest(std::string_view word, const std::vector<std::string_view>& 
   return best;
 }
 
-Field::Field(const std::string& file, std::string path, YAML::Node node, YAML::Mark mark)
-    : file_(file), path_(std::move(path)), node_(std::move(node)), mark_(mark) {}
+Field::Field(const std::string& file, std::string path, const YAML::Node& node, YAML::Mark mark)
+    : file_(file), path_(std::move(path)), node_(node), mark_(mark) {}
+
+Field& Field::operator=(const Field& other) {
+  if (this != &other) {
+    file_ = other.file_;
+    path_ = other.path_;
+    node_.reset(other.node_);
+    mark_ = other.mark_;
+  }
+  return *this;
+}
 
 void Field::fail(const std::string& message) const {
   profile_yaml::fail(file_, mark_, path_.empty() ? message : path_ + ": " + message);
@@ -281,10 +293,14 @@ std::string Field::absolute_path() const {
 std::string Field::sandbox_target(const char* what) const {
   std::string p = absolute_path();
   std::string w(what);
-  if (p == "/") fail("a " + w + " cannot go onto /: the root is the rootfs (see filesystem.rootfs)");
-  if (is_under(p, "/proc")) fail("a " + w + " cannot go onto /proc or below: nsbox builds /proc itself");
-  if (is_under(p, "/dev")) fail("a " + w + " cannot go onto /dev or below: nsbox builds /dev itself");
-  if (is_under(p, "/sys")) fail("a " + w + " cannot go onto /sys or below: the sandbox has no /sys");
+  if (p == "/")
+    fail("a " + w + " cannot go onto /: the root is the rootfs (see filesystem.rootfs)");
+  if (is_under(p, "/proc"))
+    fail("a " + w + " cannot go onto /proc or below: nsbox builds /proc itself");
+  if (is_under(p, "/dev"))
+    fail("a " + w + " cannot go onto /dev or below: nsbox builds /dev itself");
+  if (is_under(p, "/sys"))
+    fail("a " + w + " cannot go onto /sys or below: the sandbox has no /sys");
   return p;
 }
 
@@ -347,10 +363,12 @@ std::optional<Field> MapReader::get(std::string_view key) const {
 void check_env_name(const Field& key_field, const std::string& name) {
   bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
   for (char c : name) {
-    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    ok = ok &&
+         ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   }
   if (!ok) {
-    key_field.fail("\"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
+    key_field.fail("\"" + name +
+                   "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
   }
   static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
       {"LD_PRELOAD", "it would load a library into every program of the sandbox"},

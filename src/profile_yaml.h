@@ -40,7 +40,11 @@ std::string closest(std::string_view word, const std::vector<std::string_view>& 
 // A value in a file with its key path, for precise errors.
 class Field {
  public:
-  Field(const std::string& file, std::string path, YAML::Node node, YAML::Mark mark);
+  Field(const std::string& file, std::string path, const YAML::Node& node, YAML::Mark mark);
+  Field(const Field&) = default;
+  // YAML::Node's operator= writes into the node it refers to; a Field only
+  // ever rebinds.
+  Field& operator=(const Field& other);
 
   const std::string& file() const { return file_; }
   const std::string& path() const { return path_; }
@@ -60,9 +64,9 @@ class Field {
   // Elements of a list, with paths "PATH[i]".
   std::vector<Field> items() const;
 
-  std::string string() const;            // any scalar
-  std::string text() const;              // a scalar YAML would not read as a number, bool or null
-  bool boolean() const;                  // true/false
+  std::string string() const;  // any scalar
+  std::string text() const;    // a scalar YAML would not read as a number, bool or null
+  bool boolean() const;        // true/false
   uint64_t integer(uint64_t min, uint64_t max) const;
   double number(double min, double max) const;
   uint64_t size(uint64_t min, uint64_t max) const;

@@ -147,6 +147,9 @@ struct Watch {
   UniqueFd report_fd;
   OutputCapture* out = nullptr;
   OutputCapture* err = nullptr;
+  OutputCapture* fd3 = nullptr;
+  UniqueFd stdin_fd;                 // non-blocking; fed from stdin_data, then closed
+  const std::string* stdin_data = nullptr;
   int cancel_fd = -1;
   std::optional<Clock::time_point> deadline;
   RunCgroup* cgroup = nullptr;
@@ -161,6 +164,20 @@ int ms_until(Clock::time_point t) {
   return static_cast<int>(std::clamp<int64_t>(left + 1, 0, INT32_MAX));
 }
 
+// Writes the next chunk of stdin_data; closes the pipe when all is written
+// or the reader is gone (a workload need not read its input).
+void feed_stdin(Watch& w, size_t& offset) {
+  while (offset < w.stdin_data->size()) {
+    ssize_t n = ::write(w.stdin_fd.get(), w.stdin_data->data() + offset,
+                        std::min<size_t>(w.stdin_data->size() - offset, 1 << 16));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) break;  // EPIPE: the workload closed its stdin
+    offset += static_cast<size_t>(n);
+  }
+  w.stdin_fd.reset();
+}
+
 // Waits for the sandbox to end while draining its output, enforcing the wall
 // deadline and the CPU time, and honouring cancel_fd.
 Observation supervise(Watch w) {
@@ -169,12 +186,15 @@ Observation supervise(Watch w) {
   // After PID 1 is gone every writer is dead too; the drain is bounded anyway.
   std::optional<Clock::time_point> drain_deadline;
   const bool enforce_cpu = w.cgroup && w.cpu_time.count() > 0;
+  size_t stdin_offset = 0;
   for (;;) {
-    const bool pipes_open = w.error_fd || w.report_fd || (w.out && w.out->open()) || (w.err && w.err->open());
+    const bool pipes_open = w.error_fd || w.report_fd || (w.out && w.out->open()) ||
+                            (w.err && w.err->open()) || (w.fd3 && w.fd3->open());
+    if (!init_running) w.stdin_fd.reset();
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
 
-    pollfd fds[6];
+    pollfd fds[8];
     int n = 0;
     auto add = [&](int fd) {
       fds[n] = {fd, POLLIN, 0};
@@ -186,6 +206,9 @@ Observation supervise(Watch w) {
     int i_out = w.out && w.out->open() ? add(w.out->fd()) : -1;
     int i_errout = w.err && w.err->open() ? add(w.err->fd()) : -1;
     int i_cancel = init_running && w.cancel_fd >= 0 ? add(w.cancel_fd) : -1;
+    int i_fd3 = w.fd3 && w.fd3->open() ? add(w.fd3->fd()) : -1;
+    int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
+    if (i_in >= 0) fds[i_in].events = POLLOUT;
 
     int timeout_ms = -1;
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
@@ -224,6 +247,8 @@ Observation supervise(Watch w) {
         w.report_fd.reset();
       }
     }
+    if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) feed_stdin(w, stdin_offset);
+    if (readable(i_fd3)) w.fd3->on_readable();
     if (readable(i_out)) w.out->on_readable();
     if (readable(i_errout)) w.err->on_readable();
     if (readable(i_cancel) && !obs.cancelled) {
@@ -300,6 +325,9 @@ Launcher::Launcher(const LauncherOptions& options)
   // Supplementary groups survive into a user namespace (setgroups is denied
   // there), so a root supervisor drops its own before cloning any sandbox.
   if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) throw SysError("setgroups", "[]", errno);
+  // A workload that closes its stdin early must not kill the supervisor
+  // feeding it; the workload's own SIGPIPE disposition is reset to default.
+  ::signal(SIGPIPE, SIG_IGN);
   remove_stale_run_cgroups(cgroups_);
 }
 
@@ -383,24 +411,34 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     Pipe reports = Pipe::create();
     std::optional<Pipe> out_pipe;
     std::optional<Pipe> err_pipe;
-    UniqueFd dev_null;
+    std::optional<Pipe> in_pipe;
+    std::optional<Pipe> fd3_pipe;
+    UniqueFd stdin_source;  // what the workload's stdin reads: /dev/null or in_pipe
     if (spec.stdio == StdioMode::kCapture) {
       out_pipe = Pipe::create();
       err_pipe = Pipe::create();
-      dev_null.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      if (!dev_null) throw SysError("open", "/dev/null", errno);
+      if (spec.stdin_data) {
+        in_pipe = Pipe::create();
+        stdin_source = std::move(in_pipe->read);
+      } else {
+        stdin_source.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+        if (!stdin_source) throw SysError("open", "/dev/null", errno);
+      }
+      if (spec.capture_fd3) fd3_pipe = Pipe::create();
     }
     std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get()};
-    if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), dev_null.get()});
+    if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
+    if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
     std::sort(keep.begin(), keep.end());
 
     ChildConfig config{
         .sync_fd = sync.read.get(),
         .error_fd = errors.write.get(),
         .report_fd = reports.write.get(),
-        .stdin_fd = out_pipe ? dev_null.get() : -1,
+        .stdin_fd = out_pipe ? stdin_source.get() : -1,
         .stdout_fd = out_pipe ? out_pipe->write.get() : -1,
         .stderr_fd = err_pipe ? err_pipe->write.get() : -1,
+        .result_fd = fd3_pipe ? fd3_pipe->write.get() : -1,
         .keep_fds = keep.data(),
         .keep_fd_count = keep.size(),
         .mounts = plan.raw().data(),
@@ -422,15 +460,22 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     sync.read.reset();
     errors.write.reset();
     reports.write.reset();
-    dev_null.reset();
+    stdin_source.reset();
     std::optional<OutputCapture> out;
     std::optional<OutputCapture> err;
+    std::optional<OutputCapture> fd3;
     if (out_pipe) {
       out_pipe->write.reset();
       err_pipe->write.reset();
       out.emplace(std::move(out_pipe->read), spec.limits.stdout_bytes);
       err.emplace(std::move(err_pipe->read), spec.limits.stderr_bytes);
     }
+    if (fd3_pipe) {
+      fd3_pipe->write.reset();
+      fd3.emplace(std::move(fd3_pipe->read), spec.result_bytes);
+    }
+    if (in_pipe && ::fcntl(in_pipe->write.get(), F_SETFL, O_NONBLOCK) != 0)
+      throw SysError("fcntl", "stdin pipe", errno);
 
     // v1 has no CLONE_INTO_CGROUP: the child joins while it waits for the
     // sync byte, before it runs anything of its own.
@@ -445,6 +490,9 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
                 .report_fd = std::move(reports.read),
                 .out = out ? &*out : nullptr,
                 .err = err ? &*err : nullptr,
+                .fd3 = fd3 ? &*fd3 : nullptr,
+                .stdin_fd = in_pipe ? std::move(in_pipe->write) : UniqueFd(),
+                .stdin_data = spec.stdin_data ? &*spec.stdin_data : nullptr,
                 .cancel_fd = cancel_fd,
                 .deadline = std::nullopt,
                 .cgroup = cgroup.get(),
@@ -458,6 +506,10 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       result.stdout_truncated = out->truncated();
       result.stderr_data = std::move(err->data());
       result.stderr_truncated = err->truncated();
+    }
+    if (fd3) {
+      result.fd3_data = std::move(fd3->data());
+      result.fd3_truncated = fd3->truncated();
     }
     if (cgroup) {
       cgroup->kill_all();

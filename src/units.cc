@@ -15,15 +15,26 @@ struct Unit {
   uint64_t factor;
 };
 
-constexpr std::array<Unit, 5> kSizeUnits{{
-    {"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}}};
+constexpr std::array<Unit, 5> kSizeUnits{
+    {{"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}}};
 
 // SI and shorthand spellings people write, each with the binary unit to use.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kAmbiguousSizeUnits{{
-    {"K", "KiB"}, {"k", "KiB"}, {"KB", "KiB"}, {"kB", "KiB"}, {"kb", "KiB"}, {"M", "MiB"},
-    {"MB", "MiB"}, {"mb", "MiB"}, {"G", "GiB"}, {"GB", "GiB"}, {"gb", "GiB"}, {"TB", "TiB"}}};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kAmbiguousSizeUnits{
+    {{"K", "KiB"},
+     {"k", "KiB"},
+     {"KB", "KiB"},
+     {"kB", "KiB"},
+     {"kb", "KiB"},
+     {"M", "MiB"},
+     {"MB", "MiB"},
+     {"mb", "MiB"},
+     {"G", "GiB"},
+     {"GB", "GiB"},
+     {"gb", "GiB"},
+     {"TB", "TiB"}}};
 
-constexpr std::array<Unit, 4> kDurationUnits{{{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}}};
+constexpr std::array<Unit, 4> kDurationUnits{
+    {{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}}};
 
 constexpr size_t kMaxIntegerDigits = 20;
 constexpr size_t kMaxFractionDigits = 18;
@@ -120,8 +131,8 @@ uint64_t parse_size(const std::string& text) {
     throw std::invalid_argument("unknown size unit " + quoted(d.unit) + " in " + quoted(text) +
                                 ": expected B, KiB, MiB, GiB or TiB");
   }
-  return static_cast<uint64_t>(scale_decimal(d, unit->factor, std::numeric_limits<uint64_t>::max(),
-                                             "size", text, "bytes"));
+  return static_cast<uint64_t>(
+      scale_decimal(d, unit->factor, std::numeric_limits<uint64_t>::max(), "size", text, "bytes"));
 }
 
 std::chrono::milliseconds parse_duration(const std::string& text) {
@@ -141,7 +152,8 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw std::invalid_argument("unknown duration unit " + quoted(d.unit) + " in " + quoted(text) +
                                 ": expected ms, s, m or h");
   }
-  constexpr auto kMax = static_cast<u128>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
+  constexpr auto kMax =
+      static_cast<u128>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
   auto ms = scale_decimal(d, unit->factor, kMax, "duration", text, "milliseconds");
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(ms));
 }

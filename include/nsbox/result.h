@@ -37,6 +37,8 @@ struct Result {
   std::vector<std::string> limits_hit;
   std::vector<std::string> warnings;  // e.g. a limit not enforced under best-effort
   std::string error;           // setup failure as "step object: strerror"
+  std::string fd3_data;        // RunSpec::capture_fd3: what the workload wrote on fd 3
+  bool fd3_truncated = false;
 
   // The code `nsbox run` exits with: the workload's, 128+signal, or 125/126/127
   // for setup failures (as env(1) and the shell do).

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,12 @@ struct RunSpec {
   std::vector<TmpfsMount> tmpfs;       // besides /tmp
   std::vector<std::string> masks;      // paths hidden inside, besides the built-in ones
   StdioMode stdio = StdioMode::kInherit;
+  // kCapture only: bytes fed to the workload's stdin (then EOF) instead of
+  // /dev/null, and a pipe at the workload's fd 3 whose content is returned
+  // (the agent runners' result channel), capped at result_bytes.
+  std::optional<std::string> stdin_data;
+  bool capture_fd3 = false;
+  uint64_t result_bytes = 16ull << 20;
 };
 
 // The environment every run starts from; --env entries replace or add.

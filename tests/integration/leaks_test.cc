@@ -65,7 +65,7 @@ TEST(Leaks, TwoHundredRunsLeaveNothingBehind) {
     switch (i % 5) {
       case 0: spec.argv = {"sh", "-c", "echo x > /tmp/f; sleep 0 & exit 0"}; break;
       case 1: spec.argv = {"no-such-command"}; break;
-      case 2: spec.argv = {"sh", "-c", "(setsid sleep 100 &); sleep 100"};
+      case 2: spec.argv = {"sh", "-c", "(setsid sleep 1007 &); sleep 1007"};
               spec.limits.wall_time = std::chrono::milliseconds(50); break;
       case 3: spec.argv = {"sh", "-c", "kill -KILL $$"}; break;
       case 4: spec.cwd = "/missing"; break;
@@ -88,7 +88,7 @@ TEST(Leaks, TwoHundredRunsLeaveNothingBehind) {
   EXPECT_EQ(slurp("/proc/self/mountinfo"), mounts_before) << "a mount leaked to the host";
   EXPECT_EQ(nsbox_temp_entries(), tmp_before) << "a temp entry was left behind";
   EXPECT_TRUE(my_children().empty()) << "a child process remains";
-  EXPECT_TRUE(host_pids_with_cmdline("sleep 100").empty()) << "a sandboxed sleeper survived";
+  EXPECT_TRUE(host_pids_with_cmdline("sleep 1007").empty()) << "a sandboxed sleeper survived";
 }
 
 }  // namespace

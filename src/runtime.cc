@@ -1,0 +1,132 @@
+#include "nsbox/runtime.h"
+
+#include <signal.h>
+
+#include <cstring>
+
+namespace nsbox {
+namespace {
+
+// What the runner's fd 3 may contain: exactly these keys.
+constexpr const char* kResultKeys[] = {"return", "error", "error_type"};
+
+std::string format_duration_s(std::chrono::milliseconds ms) {
+  const auto count = ms.count();
+  if (count % 1000 == 0) return std::to_string(count / 1000) + "s";
+  return std::to_string(count) + "ms";
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+// The runner's result, validated: user code shares the runner's process and
+// can write to fd 3, so nothing is trusted beyond its shape.
+bool parse_runner_result(const Result& run, ExecOutcome& out) {
+  if (run.fd3_truncated || run.fd3_data.empty()) return false;
+  auto j = nlohmann::json::parse(run.fd3_data, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;
+  for (const char* key : kResultKeys)
+    if (!j.contains(key)) return false;
+  if (!j["error"].is_null() && !j["error"].is_string()) return false;
+  if (!j["error_type"].is_null() && !j["error_type"].is_string()) return false;
+  if (j["error"].is_null()) {
+    out.status = "ok";
+    out.return_value = j["return"];
+  } else {
+    out.status = "error";
+    out.error = j["error"].get<std::string>();
+    out.error_type = j["error_type"].is_string() ? j["error_type"].get<std::string>() : "exception";
+  }
+  return true;
+}
+
+void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) {
+  out.return_value = nullptr;
+  switch (run.status) {
+    case RunStatus::kTimeout: {
+      bool cpu = std::find(run.limits_hit.begin(), run.limits_hit.end(), "cpu_time") != run.limits_hit.end();
+      out.status = "timeout";
+      out.error_type = "timeout";
+      out.error = cpu ? "Execution exceeded the CPU time limit of " + format_duration_s(spec.limits.cpu_time)
+                      : "Execution timed out after " + format_duration_s(spec.limits.wall_time);
+      return;
+    }
+    case RunStatus::kOom:
+      out.status = "oom";
+      out.error_type = "oom";
+      out.error = "Execution ran out of memory (limit " +
+                  std::to_string(spec.limits.cgroup.memory_bytes >> 20) + " MiB)";
+      return;
+    case RunStatus::kKilled:
+      out.status = "killed";
+      out.error_type = "killed";
+      out.error = "Execution was killed by " + signal_name(run.signal.value_or(SIGKILL)) +
+                  (run.signal == SIGSYS ? " (a forbidden system call)" : "");
+      return;
+    case RunStatus::kSetupError:
+      out.status = "error";
+      out.error_type = "sandbox";
+      out.error = "The sandbox could not be started: " + run.error;
+      return;
+    case RunStatus::kOk:
+    case RunStatus::kExitNonzero:
+      out.status = "error";
+      out.error_type = "runner";
+      out.error = "The code exited (status " + std::to_string(run.exit_code) +
+                  ") without returning a result";
+      return;
+  }
+}
+
+}  // namespace
+
+std::optional<Language> parse_language(const std::string& name) {
+  if (name == "python") return Language::kPython;
+  if (name == "javascript" || name == "node" || name == "js") return Language::kJavaScript;
+  return std::nullopt;
+}
+
+const char* to_string(Language language) {
+  return language == Language::kPython ? "python" : "javascript";
+}
+
+ExecOutcome run_exec(const Launcher& launcher, RunSpec spec, const ExecRequest& request,
+                     int cancel_fd) {
+  spec.argv = request.language == Language::kPython
+                  ? std::vector<std::string>{"python3", "/opt/nsbox/runner.py"}
+                  : std::vector<std::string>{"node", "/opt/nsbox/runner.js"};
+  spec.stdio = StdioMode::kCapture;
+  spec.capture_fd3 = true;
+  spec.stdin_data = nlohmann::json{{"code", request.code}, {"inputs", request.inputs}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  ExecOutcome out;
+  out.run = launcher.run(spec, cancel_fd);
+  // A result counts only when the runner also finished normally: a workload
+  // killed after writing one still ran out of time or memory.
+  const bool finished = out.run.status == RunStatus::kOk;
+  if (!(finished && parse_runner_result(out.run, out))) describe_failure(spec, out.run, out);
+  return out;
+}
+
+nlohmann::ordered_json to_json(const ExecOutcome& o) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["return"] = o.return_value;
+  j["error"] = o.error ? json(*o.error) : json(nullptr);
+  j["status"] = o.status;
+  j["error_type"] = o.error_type.empty() ? json(nullptr) : json(o.error_type);
+  j["stdout"] = o.run.stdout_data;
+  j["stderr"] = o.run.stderr_data;
+  j["stdout_truncated"] = o.run.stdout_truncated;
+  j["stderr_truncated"] = o.run.stderr_truncated;
+  j["usage"] = {{"wall_ms", o.run.wall_ms},
+                {"cpu_ms", o.run.cpu_ms},
+                {"peak_memory_bytes", o.run.peak_memory_bytes >= 0 ? json(o.run.peak_memory_bytes) : json(nullptr)}};
+  j["limits_hit"] = o.run.limits_hit;
+  j["warnings"] = o.run.warnings;
+  return j;
+}
+
+}  // namespace nsbox
