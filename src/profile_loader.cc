@@ -180,19 +180,21 @@ void apply_limits(const Field& f, ProfileLimits& l) {
       });
 }
 
-// Replaces the inherited entry with the same key, else appends.
+// Replaces the inherited entry with the same key, else appends; returns
+// the entry's index.
 template <typename T, typename Key>
-void upsert(std::vector<T>& list, std::vector<Origin>& origins, const T& value, Origin origin,
-            Key key) {
+size_t upsert(std::vector<T>& list, std::vector<Origin>& origins, const T& value, Origin origin,
+              Key key) {
   for (size_t i = 0; i < list.size(); ++i) {
     if (key(list[i]) == key(value)) {
       list[i] = value;
       origins[i] = std::move(origin);
-      return;
+      return i;
     }
   }
   list.push_back(value);
   origins.push_back(std::move(origin));
+  return list.size() - 1;
 }
 
 // Within one file a key may appear once.
@@ -251,17 +253,11 @@ void apply_tmpfs(const Field& f, Draft& d) {
     }
     tmpfs.path = path_field->sandbox_target("tmpfs");
     check_unique(seen, tmpfs.path, *path_field, "tmpfs path", item.path());
-    size_t before = d.p.tmpfs.size();
-    upsert(d.p.tmpfs, d.tmpfs_origins, tmpfs,
-           Origin{f.file(), path_field->mark(), path_field->path()},
-           [](const ProfileTmpfs& x) { return x.path; });
-    if (d.p.tmpfs.size() > before) {
-      d.tmpfs_sized.push_back(sized);
-    } else {
-      for (size_t i = 0; i < d.p.tmpfs.size(); ++i) {
-        if (d.p.tmpfs[i].path == tmpfs.path) d.tmpfs_sized[i] = sized;
-      }
-    }
+    size_t at = upsert(d.p.tmpfs, d.tmpfs_origins, tmpfs,
+                       Origin{f.file(), path_field->mark(), path_field->path()},
+                       [](const ProfileTmpfs& x) { return x.path; });
+    d.tmpfs_sized.resize(d.p.tmpfs.size());
+    d.tmpfs_sized[at] = sized;
   }
 }
 

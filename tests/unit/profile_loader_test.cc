@@ -4,8 +4,11 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "nsbox/check.h"
@@ -387,12 +390,16 @@ TEST(Extends, EightAncestorsAreAllowedNineAreNot) {
 // ---- search ----
 
 TEST(Search, DefaultSearchOrder) {
+  const char* saved = std::getenv("NSBOX_PROFILE_PATH");
+  std::optional<std::string> before = saved ? std::optional<std::string>(saved) : std::nullopt;
   ::setenv("NSBOX_PROFILE_PATH", "/a/profiles::/b", 1);
   ProfileSearch s = default_profile_search("/opt/nsbox/bin");
   ::unsetenv("NSBOX_PROFILE_PATH");
+  ProfileSearch without = default_profile_search("");
+  if (before) ::setenv("NSBOX_PROFILE_PATH", before->c_str(), 1);
   EXPECT_EQ(s.dirs, (std::vector<std::string>{"/a/profiles", "/b", "/etc/nsbox/profiles",
                                               "/opt/nsbox/profiles"}));
-  EXPECT_EQ(default_profile_search("").dirs, std::vector<std::string>{"/etc/nsbox/profiles"});
+  EXPECT_EQ(without.dirs, std::vector<std::string>{"/etc/nsbox/profiles"});
 }
 
 TEST(Search, BuildDirectoryFindsTheRepositoryProfiles) {

@@ -1,0 +1,200 @@
+// The agent contract through nsbox exec's code path (run_exec): every case of
+// tests/runners/cases.json (the runners' table, docs/RUNNERS.md) asserts the
+// exact return, the status and the key part of the error, in a real sandbox
+// built from the default profile.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/profile_loader.h"
+#include "nsbox/runtime.h"
+
+namespace nsbox::testing {
+namespace {
+
+using nlohmann::json;
+
+std::vector<json> load_cases() {
+  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/tests/runners/cases.json");
+  std::vector<json> out;
+  if (!in) return out;
+  json doc = json::parse(in, nullptr, false);
+  if (doc.is_discarded()) return out;
+  for (auto& c : doc["cases"]) {
+    // Malformed requests and a missing fd 3 cannot happen through nsbox exec,
+    // which always builds the request and the result pipe; the runner
+    // harness (tests/runners/check_runners.py) covers those.
+    if (c.contains("raw_request") || c.value("no_fd3", false)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+const std::vector<json>& cases() {
+  static const std::vector<json> all = load_cases();
+  return all;
+}
+
+ExecRequest request_for(const json& c) {
+  ExecRequest r;
+  r.language = *parse_language(c["language"].get<std::string>());
+  std::string code;
+  if (c.contains("code_repeat")) {
+    const json& rep = c["code_repeat"];
+    code = rep.value("head", "");
+    const std::string text = rep["text"];
+    for (int i = 0; i < rep["count"].get<int>(); ++i) code += text;
+  }
+  r.code = code + c["code"].get<std::string>();
+  r.inputs = c["inputs"];
+  if (c.contains("inputs_repeat")) {
+    const json& rep = c["inputs_repeat"];
+    std::string text;
+    const std::string unit = rep["text"];
+    for (int i = 0; i < rep["count"].get<int>(); ++i) text += unit;
+    r.inputs[rep["key"].get<std::string>()] = text;
+  }
+  return r;
+}
+
+RunSpec spec_for(const json& c) {
+  RunSpec spec = spec_from_profile(load_profile("default", ProfileSearch{}));
+  spec.rootfs = test_rootfs();
+  const std::string status = c["expected"].value("status", "");
+  if (status == "timeout") spec.limits.wall_time = std::chrono::seconds(1);
+  if (status == "oom") spec.limits.cgroup.memory_bytes = 128 << 20;
+  return spec;
+}
+
+std::vector<std::string> as_list(const json& v) {
+  if (v.is_string()) return {v.get<std::string>()};
+  return v.get<std::vector<std::string>>();
+}
+
+class ExecContract : public ::testing::TestWithParam<json> {};
+
+TEST_P(ExecContract, Case) {
+  const json& c = GetParam();
+  const json& exp = c["expected"];
+  ExecOutcome o = run_exec(launcher(), spec_for(c), request_for(c));
+  const std::string error = o.error.value_or("");
+  SCOPED_TRACE("status " + o.status + ", error: " + error.substr(0, 2000) + "\nstderr: " +
+               o.run.stderr_data.substr(0, 2000));
+
+  const std::string status = exp.value("status", "");
+  if (status == "no_result") {
+    EXPECT_EQ(o.status, "error");
+    EXPECT_EQ(o.error_type, "runner");
+    EXPECT_NE(error.find("status " + std::to_string(exp["exit_code"].get<int>())), std::string::npos);
+    return;
+  }
+  if (!status.empty()) {
+    EXPECT_EQ(o.status, status);
+    EXPECT_TRUE(o.return_value.is_null());
+    if (exp.value("no_process_left", false)) {
+      EXPECT_TRUE(host_pids_with_cmdline("sleep 1000").empty());
+    }
+    return;
+  }
+
+  const bool error_expected = exp.contains("error") || exp.contains("error_contains");
+  EXPECT_EQ(o.status, error_expected ? "error" : "ok");
+  if (exp.contains("error_type")) {
+    EXPECT_EQ(o.error_type, exp["error_type"].is_null() ? std::string() : exp["error_type"].get<std::string>());
+  }
+  if (!error_expected) {
+    EXPECT_FALSE(o.error.has_value());
+  }
+  if (exp.contains("error")) {
+    EXPECT_EQ(error, exp["error"].get<std::string>());
+  }
+  if (exp.contains("error_contains")) {
+    for (const auto& part : as_list(exp["error_contains"])) {
+      EXPECT_NE(error.find(part), std::string::npos) << part;
+    }
+  }
+  if (exp.contains("error_not_contains")) {
+    for (const auto& part : as_list(exp["error_not_contains"])) {
+      EXPECT_EQ(error.find(part), std::string::npos) << part;
+    }
+  }
+  if (exp.contains("return_length")) {
+    ASSERT_TRUE(o.return_value.is_string());
+    // Length in characters, as the runners count it: UTF-8 lead bytes.
+    const std::string text = o.return_value.get<std::string>();
+    size_t chars = std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+    EXPECT_EQ(chars, exp["return_length"].get<size_t>());
+  } else {
+    EXPECT_EQ(o.return_value, exp.value("return", json(nullptr)));
+  }
+  if (exp.contains("stdout")) {
+    EXPECT_EQ(o.run.stdout_data, exp["stdout"].get<std::string>());
+  }
+  if (exp.contains("stderr")) {
+    EXPECT_EQ(o.run.stderr_data, exp["stderr"].get<std::string>());
+  }
+  if (exp.contains("stdout_length")) {
+    // The profile caps what is returned; the rest is drained and flagged.
+    const size_t cap = spec_for(c).limits.stdout_bytes;
+    const size_t want = exp["stdout_length"].get<size_t>();
+    EXPECT_EQ(o.run.stdout_data.size(), std::min(want, cap));
+    EXPECT_EQ(o.run.stdout_truncated, want > cap);
+  }
+  if (exp.contains("stderr_contains")) {
+    EXPECT_NE(o.run.stderr_data.find(exp["stderr_contains"].get<std::string>()), std::string::npos);
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<json>& info) {
+  std::string name = info.param["name"];
+  for (auto& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ExecContract, ::testing::ValuesIn(cases()), case_name);
+
+TEST(ExecContractTable, HasAtLeastFortyCasesAcrossBothLanguages) {
+  size_t python = 0, js = 0;
+  for (const auto& c : cases()) (c["language"] == "python" ? python : js)++;
+  EXPECT_GE(python + js, 40u);
+  EXPECT_GE(python, 15u);
+  EXPECT_GE(js, 15u);
+}
+
+TEST(ExecCli, PrintsThePlatformsShapeAndExitsZeroForUserErrors) {
+  char path[] = "/tmp/nsboxtest-code-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string code = "def main(args):\n    raise ValueError('bad ' + args.params['x'])\n";
+  ASSERT_EQ(::write(fd, code.data(), code.size()), static_cast<ssize_t>(code.size()));
+  ::close(fd);
+  CliResult r = run_cli({"exec", "--rootfs", test_rootfs(), "--lang", "python", "--code", path,
+                         "--inputs", "{\"x\": \"input\"}"});
+  ::unlink(path);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  json out = json::parse(r.out);
+  EXPECT_TRUE(out["return"].is_null());
+  EXPECT_NE(out["error"].get<std::string>().find("ValueError: bad input"), std::string::npos);
+  EXPECT_EQ(out["status"], "error");
+  for (const char* key : {"stdout", "stderr", "usage"}) EXPECT_TRUE(out.contains(key)) << key;
+  EXPECT_TRUE(out["usage"].contains("wall_ms"));
+  EXPECT_TRUE(out["usage"].contains("cpu_ms"));
+  EXPECT_TRUE(out["usage"].contains("peak_memory_bytes"));
+}
+
+TEST(ExecCli, BadLanguageAndInputsAreUsageErrors) {
+  CliResult r = run_cli({"exec", "--lang", "ruby", "--code", "/dev/null"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unsupported language 'ruby'"), std::string::npos) << r.err;
+  r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs", "[1]"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--inputs: must be a JSON object"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace nsbox::testing
