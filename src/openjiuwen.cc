@@ -124,6 +124,17 @@ void check_namespaces(const std::optional<Field>& f, const Field& root) {
   }
 }
 
+// Host system directories the platform binds read-only so that bubblewrap,
+// which runs on the host's root, finds python3 and node. nsbox's rootfs has
+// its own runtimes: binding the host's over them would mix two systems (and
+// /lib, /lib64 are symlinks on merged-/usr hosts, which nsbox refuses as
+// mount sources). Read-only mounts of these, at the same path, are dropped.
+const std::set<std::string> kRootfsProvided = {
+    "/lib",          "/lib64",         "/lib32",           "/bin",           "/sbin",
+    "/usr/bin",      "/usr/sbin",      "/usr/lib",         "/usr/lib64",     "/usr/lib32",
+    "/usr/local/bin", "/usr/local/lib", "/usr/share/nodejs", "/etc/resolv.conf", "/etc/ssl/certs",
+};
+
 bool is_provided_device(const std::string& src, const std::string& dst) {
   return src == dst && kProvidedDevices.count(dst) > 0;
 }
@@ -156,11 +167,12 @@ void migrate_mounts(const Field& f, Profile& p) {
       mode->fail("expected read, write or dev, got " + describe(mode->node()));
     }
     ProfileMount mount;
-    mount.source = src->host_source();
     mount.target = dst->sandbox_target("mount");
-    mount.mode = how == "read" ? MountMode::kReadOnly : MountMode::kReadWrite;
     auto [it, fresh] = seen.emplace(mount.target, item.path());
     if (!fresh) dst->fail("duplicate mount target " + mount.target + " (also " + it->second + ")");
+    if (how == "read" && src->string() == dst->string() && kRootfsProvided.count(mount.target)) continue;
+    mount.source = src->host_source();
+    mount.mode = how == "read" ? MountMode::kReadOnly : MountMode::kReadWrite;
     check_not_reserved(*dst, mount.target, p);
     std::erase_if(p.mounts, [&](const ProfileMount& x) { return x.target == mount.target; });
     p.mounts.push_back(mount);

@@ -38,6 +38,17 @@ RunSpec spec_from_profile(const Profile& p) {
     }
   }
   spec.masks = p.mask;
+
+  if (p.seccomp == "strict") {
+    spec.seccomp.kind = SeccompChoice::kStrict;
+  } else if (p.seccomp == "allow" || !p.seccomp_allow.empty()) {
+    spec.seccomp.kind = SeccompChoice::kAllowList;
+    spec.seccomp.allow = p.seccomp_allow;
+  } else if (p.seccomp != "default") {
+    // Fail closed: a policy nsbox cannot load is never silently replaced.
+    throw UsageError("profile " + p.name + ": seccomp rule files (" + p.seccomp +
+                     ") are not supported by this version; use default, strict or allow");
+  }
   return spec;
 }
 

@@ -357,6 +357,21 @@ std::string best_effort_note(const std::string& controller) {
 
 }  // namespace
 
+const SeccompProgram& Launcher::seccomp_for(const SeccompChoice& choice) const {
+  if (choice.kind == SeccompChoice::kDefault) return seccomp_;
+  std::string key = choice.kind == SeccompChoice::kStrict ? "strict" : "allow:";
+  if (choice.kind == SeccompChoice::kAllowList)
+    for (const auto& name : choice.allow) key += name + ",";
+  auto it = extra_seccomp_.find(key);
+  if (it == extra_seccomp_.end()) {
+    it = extra_seccomp_
+             .emplace(key, choice.kind == SeccompChoice::kStrict ? SeccompProgram::strict_policy()
+                                                                : SeccompProgram::allow_list(choice.allow))
+             .first;
+  }
+  return it->second;
+}
+
 std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
                                                  std::set<std::string>& unenforced) const {
   const std::set<std::string> needed = controllers_for(spec.limits.cgroup);
@@ -453,7 +468,7 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .rlimits = rlimits.data(),
         .rlimit_count = rlimits.size(),
         .caps = &caps_,
-        .seccomp = seccomp_.program(),
+        .seccomp = seccomp_for(spec.seccomp).program(),
     };
 
     SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);

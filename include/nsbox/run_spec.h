@@ -49,6 +49,12 @@ enum class StdioMode {
   kCapture,  // stdin is /dev/null, stdout/stderr captured up to the caps
 };
 
+// Which seccomp filter the workload gets.
+struct SeccompChoice {
+  enum Kind { kDefault, kStrict, kAllowList } kind = kDefault;
+  std::vector<std::string> allow;  // kAllowList: syscall names
+};
+
 struct RunSpec {
   std::string rootfs;                 // host path of the root tree
   std::vector<std::string> argv;      // argv[0] is searched in PATH inside
@@ -58,6 +64,7 @@ struct RunSpec {
   uid_t sandbox_uid = 65534;          // ids inside the sandbox
   gid_t sandbox_gid = 65534;
   Limits limits;
+  SeccompChoice seccomp;
   std::vector<BindMount> binds;        // in order; parents before children
   std::vector<TmpfsMount> tmpfs;       // besides /tmp
   std::vector<std::string> masks;      // paths hidden inside, besides the built-in ones

@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <map>
 #include <optional>
 #include <set>
 
@@ -64,6 +65,10 @@ class Launcher {
   // The run's cgroup, or null when the run needs none and the host offers
   // none. Refuses (SysError/UsageError) when a limit cannot be enforced and
   // spec.limits.best_effort is off; otherwise records warnings.
+  // The compiled filter for a run; compiled once per distinct policy.
+  const SeccompProgram& seccomp_for(const SeccompChoice& choice) const;
+  mutable std::map<std::string, SeccompProgram> extra_seccomp_;
+
   std::unique_ptr<RunCgroup> make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
                                          std::set<std::string>& unenforced) const;
 };

@@ -22,6 +22,16 @@ class SeccompProgram {
   // The default policy: a deny list of the calls that reach kernel attack
   // surface or the host (each rule's reason is in seccomp.cc).
   static SeccompProgram default_policy();
+  // An allow list: only the named syscalls run, every other answers EPERM.
+  // nsbox's own rules still apply on top (a listed clone may not create
+  // namespaces, a listed ioctl may not be TIOCSTI, ptrace/mount/bpf/... stay
+  // denied, clone3 and io_uring answer ENOSYS so runtimes fall back).
+  // Unknown names throw SysError naming them.
+  static SeccompProgram allow_list(const std::vector<std::string>& syscalls);
+  // The built-in `strict` policy: the allow list python3 (threads, asyncio,
+  // subprocess, numpy) and node need, from strict_syscalls().
+  static SeccompProgram strict_policy();
+  static const std::vector<std::string>& strict_syscalls();
 
   SeccompProgram(const SeccompProgram&) = delete;
   SeccompProgram& operator=(const SeccompProgram&) = delete;
