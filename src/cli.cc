@@ -42,6 +42,8 @@ struct SandboxOptions {
   bool best_effort = false;
   std::vector<std::string> env;
   std::string cwd = "/tmp";
+  std::vector<std::string> inputs;  // FILE[:NAME] copied into the workspace
+  std::string artifacts_dir;
 };
 
 struct RunOptions {
@@ -84,6 +86,9 @@ void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
   cmd->add_option("--env", o.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--cwd", o.cwd, "Working directory inside the sandbox")->capture_default_str();
+  cmd->add_option("--input", o.inputs, "Copy FILE[:NAME] into the workspace (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--artifacts", o.artifacts_dir, "Copy the files the run leaves in <workspace>/out here");
 }
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT become readable on an fd the supervisor polls,
@@ -138,6 +143,16 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
   if (opt.pids) overrides.pids = opt.pids;
   if (opt.cpus > 0) overrides.cpus = opt.cpus;
   apply_overrides(profile, overrides, spec);
+  if ((!opt.inputs.empty() || !opt.artifacts_dir.empty()) && !spec.workspace)
+    throw UsageError("--input/--artifacts need a workspace, and profile " + profile.name + " has none");
+  for (const auto& item : opt.inputs) {
+    auto colon = item.rfind(':');
+    std::string file = colon == std::string::npos ? item : item.substr(0, colon);
+    std::string name = colon == std::string::npos ? file.substr(file.rfind('/') + 1) : item.substr(colon + 1);
+    check_input_name(name);
+    spec.workspace->inputs.emplace_back(file, name);
+  }
+  if (spec.workspace) spec.workspace->artifacts_dir = opt.artifacts_dir;
   if (opt.best_effort) spec.limits.best_effort = true;
   return spec;
 }

@@ -38,6 +38,14 @@ RunSpec spec_from_profile(const Profile& p) {
     }
   }
   spec.masks = p.mask;
+  if (p.workspace) {
+    WorkspaceSpec ws;
+    ws.inside_path = p.workspace->path;
+    ws.size_bytes = p.limits.tmpfs;
+    ws.max_artifacts = p.workspace->max_artifacts;
+    ws.max_artifact_bytes = p.workspace->max_artifact_bytes;
+    spec.workspace = ws;
+  }
 
   if (p.seccomp == "strict") {
     spec.seccomp.kind = SeccompChoice::kStrict;

@@ -26,6 +26,7 @@
 #include "nsbox/mounts.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/unique_fd.h"
+#include "nsbox/workspace.h"
 
 namespace nsbox {
 namespace {
@@ -329,6 +330,7 @@ Launcher::Launcher(const LauncherOptions& options)
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
   remove_stale_run_cgroups(cgroups_);
+  remove_stale_workspaces();
 }
 
 namespace {
@@ -410,6 +412,13 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     validate(input);
     RunSpec spec = input;
     spec.rootfs = resolve_rootfs(input.rootfs);
+    std::optional<Workspace> workspace;
+    if (spec.workspace) {
+      workspace.emplace(*spec.workspace, host_ids_.uid, host_ids_.gid);
+      spec.binds.insert(spec.binds.begin(), {workspace->host_path(), spec.workspace->inside_path, false, false});
+      if (!workspace->size_capped())
+        result.warnings.push_back("workspace size not capped (a tmpfs workspace needs root)");
+    }
     MountPlan plan = MountPlan::for_spec(spec);
     CStringArray argv(spec.argv);
     CStringArray envp(env_strings(spec));
@@ -531,6 +540,12 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       apply_cgroup_usage(cgroup->usage(), result);
     }
     note_limits_hit(obs, result);
+    if (workspace) {
+      // Every process of the run is gone: nothing can change out/ any more.
+      ArtifactReport report = workspace->collect();
+      result.artifacts = std::move(report.artifacts);
+      result.artifacts_refused = std::move(report.refused);
+    }
   } catch (const SysError& e) {
     std::vector<std::string> warnings = std::move(result.warnings);
     result = Result{};

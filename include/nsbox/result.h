@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "nsbox/workspace.h"
+
 namespace nsbox {
 
 enum class RunStatus {
@@ -36,6 +38,8 @@ struct Result {
   // wall_time, output.
   std::vector<std::string> limits_hit;
   std::vector<std::string> warnings;  // e.g. a limit not enforced under best-effort
+  std::vector<Artifact> artifacts;    // files the run left in <workspace>/out
+  std::vector<std::string> artifacts_refused;  // what was not returned, and why
   std::string error;           // setup failure as "step object: strerror"
   std::string fd3_data;        // RunSpec::capture_fd3: what the workload wrote on fd 3
   bool fd3_truncated = false;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nsbox/cgroup.h"
+#include "nsbox/workspace.h"
 
 namespace nsbox {
 
@@ -68,6 +69,7 @@ struct RunSpec {
   std::vector<BindMount> binds;        // in order; parents before children
   std::vector<TmpfsMount> tmpfs;       // besides /tmp
   std::vector<std::string> masks;      // paths hidden inside, besides the built-in ones
+  std::optional<WorkspaceSpec> workspace;  // a per-run read-write directory
   StdioMode stdio = StdioMode::kInherit;
   // kCapture only: bytes fed to the workload's stdin (then EOF) instead of
   // /dev/null, and a pipe at the workload's fd 3 whose content is returned

@@ -1,0 +1,62 @@
+// The per-run workspace: a host directory nsbox creates for one run, mounted
+// read-write in the sandbox, filled with the caller's input files, from whose
+// out/ directory the run's artifacts come back, and removed afterwards.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+struct WorkspaceSpec {
+  std::string inside_path = "/workspace";
+  uint64_t size_bytes = 64ull << 20;        // tmpfs cap of the whole workspace
+  uint64_t max_artifacts = 64;
+  uint64_t max_artifact_bytes = 16ull << 20;
+  std::vector<std::pair<std::string, std::string>> inputs;  // host file, name inside
+  std::string artifacts_dir;                 // copy artifacts here when set
+};
+
+struct Artifact {
+  std::string name;   // relative to out/, e.g. "plot.png" or "sub/data.csv"
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+struct ArtifactReport {
+  std::vector<Artifact> artifacts;
+  std::vector<std::string> refused;  // "name: why", never silently dropped
+};
+
+class Workspace {
+ public:
+  // Creates $TMPDIR/nsbox-run-<pid>-<start>-<n> (a size-capped tmpfs when
+  // nsbox runs as root, else a plain directory) owned by the sandbox's host
+  // ids, with out/, and copies the inputs in. Throws SysError/UsageError.
+  Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid);
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  const std::string& host_path() const { return path_; }
+  bool size_capped() const { return mounted_; }
+  // Regular files under out/ within the caps (never following a symlink),
+  // copied to spec.artifacts_dir when set.
+  ArtifactReport collect() const;
+
+ private:
+  WorkspaceSpec spec_;
+  std::string path_;
+  bool mounted_ = false;
+};
+
+// Validates an input name: a plain file name, no '/', not "." or "..".
+void check_input_name(const std::string& name);
+
+// Removes the workspaces of nsbox processes that died (unmounting them first).
+int remove_stale_workspaces();
+
+}  // namespace nsbox

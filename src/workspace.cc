@@ -1,0 +1,272 @@
+#include "nsbox/workspace.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cgroup_internal.h"
+#include "nsbox/cgroup.h"
+#include "nsbox/error.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+constexpr const char* kPrefix = "nsbox-";
+constexpr int kMaxDepth = 16;
+
+std::string temp_base() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp && *tmp == '/' ? tmp : "/tmp";
+}
+
+// Removes everything below dir_fd without following symlinks, then the
+// directory `name` in parent_fd.
+void remove_tree_at(int parent_fd, const std::string& name, int depth = 0) {
+  int fd = ::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && depth < 64) {
+    if (DIR* dir = ::fdopendir(fd)) {
+      std::vector<std::pair<std::string, bool>> entries;
+      while (dirent* e = ::readdir(dir)) {
+        std::string n = e->d_name;
+        if (n == "." || n == "..") continue;
+        entries.emplace_back(n, e->d_type == DT_DIR);
+      }
+      for (const auto& [n, is_dir] : entries) {
+        if (is_dir) {
+          remove_tree_at(::dirfd(dir), n, depth + 1);
+        } else {
+          ::unlinkat(::dirfd(dir), n.c_str(), 0);
+        }
+      }
+      ::closedir(dir);
+    } else {
+      ::close(fd);
+    }
+  }
+  ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);
+}
+
+void remove_workspace(const std::string& path, bool mounted) {
+  if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+  auto slash = path.rfind('/');
+  UniqueFd parent(::open(path.substr(0, slash).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (parent) remove_tree_at(parent.get(), path.substr(slash + 1));
+}
+
+bool is_mount_point(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, mount_point;
+    f >> id >> parent >> dev >> root >> mount_point;
+    if (mount_point == path) return true;
+  }
+  return false;
+}
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+      throw SysError("sha256", "init", ENOMEM);
+  }
+  void update(const char* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
+  std::string hex() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_.get(), digest, &len);
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+      out += digits[digest[i] >> 4];
+      out += digits[digest[i] & 15];
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+};
+
+// Copies src_fd to a new file `name` in dst_dir (never replacing anything,
+// never through a symlink), hashing it; copies nothing when dst_dir < 0.
+std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_t uid, gid_t gid,
+                          bool chown_it) {
+  UniqueFd out;
+  if (dst_dir >= 0) {
+    out.reset(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!out) throw SysError("create", name, errno);
+    if (chown_it && ::fchown(out.get(), uid, gid) != 0) throw SysError("chown", name, errno);
+  }
+  Sha256 hash;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(src_fd, buf, sizeof(buf))) > 0) {
+    hash.update(buf, static_cast<size_t>(n));
+    for (ssize_t done = 0; out && done < n;) {
+      ssize_t w = ::write(out.get(), buf + done, static_cast<size_t>(n - done));
+      if (w < 0) throw SysError("write", name, errno);
+      done += w;
+    }
+  }
+  if (n < 0) throw SysError("read", name, errno);
+  return hash.hex();
+}
+
+struct Collector {
+  const WorkspaceSpec& spec;
+  ArtifactReport report;
+  uint64_t total = 0;
+
+  void walk(int dir_fd, int dst_fd, const std::string& prefix, int depth) {
+    DIR* dir = ::fdopendir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+    if (!dir) return;
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(dir)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) visit(dir_fd, dst_fd, n, prefix + n, depth);
+  }
+
+  void visit(int dir_fd, int dst_fd, const std::string& n, const std::string& rel, int depth) {
+    // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted by the run is
+    // reported, never followed or waited on.
+    UniqueFd fd(::openat(dir_fd, n.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0) {
+      report.refused.push_back(rel + ": " + (errno == ELOOP ? "a symlink, not returned" : std::strerror(errno)));
+      return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (depth >= kMaxDepth) {
+        report.refused.push_back(rel + ": nested too deep, not returned");
+        return;
+      }
+      UniqueFd sub_dst;
+      if (dst_fd >= 0) {
+        if (::mkdirat(dst_fd, n.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", rel, errno);
+        sub_dst.reset(::openat(dst_fd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub_dst) throw SysError("open", rel, errno);
+      }
+      walk(fd.get(), dst_fd >= 0 ? sub_dst.get() : -1, rel + "/", depth + 1);
+      return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      report.refused.push_back(rel + ": not a regular file, not returned");
+      return;
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (report.artifacts.size() >= spec.max_artifacts) {
+      report.refused.push_back(rel + ": over the cap of " + std::to_string(spec.max_artifacts) + " artifacts");
+      return;
+    }
+    if (total + size > spec.max_artifact_bytes) {
+      report.refused.push_back(rel + " (" + std::to_string(size) + " bytes): over the cap of " +
+                               std::to_string(spec.max_artifact_bytes) + " bytes of artifacts");
+      return;
+    }
+    total += size;
+    report.artifacts.push_back({rel, size, copy_and_hash(fd.get(), dst_fd, n, 0, 0, false)});
+  }
+};
+
+}  // namespace
+
+void check_input_name(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    throw UsageError("input name '" + name + "' must be a plain file name (no '/', not . or ..)");
+}
+
+Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) : spec_(spec) {
+  path_ = temp_base() + "/" + kPrefix + next_run_cgroup_name();
+  if (::mkdir(path_.c_str(), 0700) != 0) throw SysError("mkdir workspace", path_, errno);
+  try {
+    if (::geteuid() == 0) {
+      // A tmpfs caps what the run can write to the host's disk.
+      const std::string data = "size=" + std::to_string(spec.size_bytes) + ",mode=0700,uid=" +
+                               std::to_string(host_uid) + ",gid=" + std::to_string(host_gid);
+      if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0)
+        throw SysError("mount workspace tmpfs", path_, errno);
+      mounted_ = true;
+    }
+    UniqueFd dir(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) throw SysError("open workspace", path_, errno);
+    const bool as_root = ::geteuid() == 0;
+    if (as_root && ::fchown(dir.get(), host_uid, host_gid) != 0) throw SysError("chown workspace", path_, errno);
+    if (::mkdirat(dir.get(), "out", 0755) != 0) throw SysError("mkdir", path_ + "/out", errno);
+    if (as_root && ::fchownat(dir.get(), "out", host_uid, host_gid, AT_SYMLINK_NOFOLLOW) != 0)
+      throw SysError("chown", path_ + "/out", errno);
+    for (const auto& [host_file, name] : spec.inputs) {
+      check_input_name(name);
+      UniqueFd src(::open(host_file.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!src) throw SysError("open input", host_file, errno);
+      struct stat st {};
+      if (::fstat(src.get(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw SysError("input", host_file + " (not a regular file)", EINVAL);
+      copy_and_hash(src.get(), dir.get(), name, host_uid, host_gid, as_root);
+    }
+  } catch (...) {
+    remove_workspace(path_, mounted_);
+    throw;
+  }
+}
+
+Workspace::~Workspace() { remove_workspace(path_, mounted_); }
+
+ArtifactReport Workspace::collect() const {
+  Collector c{spec_, {}, 0};
+  UniqueFd out(::open((path_ + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!out) {
+    c.report.refused.push_back(std::string("out: ") + (errno == ELOOP || errno == ENOTDIR
+                                                            ? "replaced by something that is not a directory"
+                                                            : std::strerror(errno)));
+    return c.report;
+  }
+  UniqueFd dst;
+  if (!spec_.artifacts_dir.empty()) {
+    ::mkdir(spec_.artifacts_dir.c_str(), 0755);
+    dst.reset(::open(spec_.artifacts_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dst) throw SysError("open artifacts directory", spec_.artifacts_dir, errno);
+  }
+  c.walk(out.get(), dst ? dst.get() : -1, "", 0);
+  return c.report;
+}
+
+int remove_stale_workspaces() {
+  const std::string base = temp_base();
+  int removed = 0;
+  DIR* dir = ::opendir(base.c_str());
+  if (!dir) return 0;
+  std::vector<std::string> stale;
+  while (dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind(std::string(kPrefix) + "run-", 0) != 0) continue;
+    if (!cgroup_internal::run_owner_alive(name.substr(std::string(kPrefix).size()))) stale.push_back(name);
+  }
+  ::closedir(dir);
+  for (const auto& name : stale) {
+    const std::string path = base + "/" + name;
+    remove_workspace(path, is_mount_point(path));
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,186 @@
+// Every profile key's effect on a real sandbox, through the CLI as operators
+// use it: limits, env, mounts, masks, user, seccomp, workspace and artifacts.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+
+namespace nsbox::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A temporary directory holding a profile file and whatever else a test needs.
+class Scratch {
+ public:
+  Scratch() {
+    std::string tmpl = "/tmp/nsboxtest-profile-XXXXXX";
+    dir_ = ::mkdtemp(tmpl.data());
+    ::chmod(dir_.c_str(), 0755);
+  }
+  ~Scratch() { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ + "/" + name) << text;
+    return dir_ + "/" + name;
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
+json run_json(const std::string& profile, std::vector<std::string> extra, std::vector<std::string> cmd) {
+  std::vector<std::string> args = {"run", "--json", "--rootfs", test_rootfs(), "--profile", profile};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.push_back("--");
+  args.insert(args.end(), cmd.begin(), cmd.end());
+  CliResult r = run_cli(args);
+  json out = json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(out.is_discarded()) << "exit " << r.exit_code << "\n" << r.out << r.err;
+  return out;
+}
+
+TEST(ProfileEffects, LimitsReachTheSandbox) {
+  Scratch s;
+  const std::string profile = s.write("p.yaml",
+                                      "name: limits\nextends: default\n"
+                                      "limits: {wall_time: 2s, tmpfs: 8MiB, stdout: 1KiB, open_files: 40,\n"
+                                      "         file_size: 1MiB, memory: 96MiB, pids: 20}\n");
+  json r = run_json(profile, {}, {"python3", "-c",
+                                  "import os, resource as r\n"
+                                  "print(r.getrlimit(r.RLIMIT_NOFILE)[0], r.getrlimit(r.RLIMIT_FSIZE)[0] >> 20,\n"
+                                  "      os.statvfs('/tmp').f_blocks * os.statvfs('/tmp').f_frsize >> 20)\n"
+                                  "print('x' * 5000)\n"});
+  EXPECT_EQ(r["status"], "ok") << r.dump();
+  EXPECT_EQ(r["stdout"].get<std::string>().substr(0, 8), "40 1 8\nx");
+  EXPECT_EQ(r["stdout"].get<std::string>().size(), 1024u);
+  EXPECT_EQ(r["stdout_truncated"], true);
+  json t = run_json(profile, {}, {"sleep", "10"});
+  EXPECT_EQ(t["status"], "timeout");
+  EXPECT_LT(t["wall_ms"].get<int>(), 4000);
+}
+
+TEST(ProfileEffects, EnvMountsMasksAndUser) {
+  Scratch s;
+  fs::create_directory(s.dir() + "/data");
+  s.write("data/hello.txt", "dataset\n");
+  const std::string profile = s.write(
+      "p.yaml", "name: tenant\nextends: default\nenv: {TENANT: acme}\n"
+                "filesystem:\n  mounts:\n    - {source: " + s.dir() + "/data, target: /data, mode: ro}\n"
+                "  mask: [/etc/hostname]\nuser: {uid: 1000, gid: 1001}\n");
+  json r = run_json(profile, {}, {"sh", "-c", "echo $TENANT; cat /data/hello.txt; wc -c < /etc/hostname; id -u; id -g; touch /data/x 2>&1 | grep -c Read-only"});
+  EXPECT_EQ(r["status"], "ok") << r.dump();
+  EXPECT_EQ(r["stdout"], "acme\ndataset\n0\n1000\n1001\n1\n");
+}
+
+TEST(ProfileEffects, StrictSeccompDeniesWhatIsNotListed) {
+  // getcpu is harmless and allowed by the default policy, not listed by strict.
+  const std::string code =
+      "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+      "r = libc.syscall(309, None, None, None)\nprint(r, ctypes.get_errno())\n";
+  json strict = run_json("strict", {}, {"python3", "-c", code});
+  EXPECT_EQ(strict["stdout"], "-1 1\n") << strict.dump();
+  json def = run_json("default", {}, {"python3", "-c", code});
+  EXPECT_EQ(def["stdout"], "0 0\n") << def.dump();
+}
+
+TEST(ProfileEffects, OverridesOnlyTighten) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--timeout", "100", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "nsbox: timeout 100s exceeds the profile's limits.wall_time of 30s\n");
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--memory", "1GiB", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "nsbox: memory 1GiB exceeds the profile's limits.memory of 512MiB\n");
+  json ok = run_json("default", {"--memory", "64MiB", "--timeout", "5"},
+                     {"python3", "-c", "b = bytearray(100 << 20)"});
+  EXPECT_EQ(ok["status"], "oom") << ok.dump();
+}
+
+TEST(ProfileEffects, OpenJiuwenConfigRunsPythonAndNodeUnderItsAllowList) {
+  Scratch s;
+  CliResult c = run_cli({"check", "--from", "openjiuwen",
+                         std::string(NSBOX_SOURCE_DIR) + "/tests/profiles/openjiuwen/sandbox_config.migrated.yaml"});
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const std::string profile = s.write("openjiuwen.yaml", c.out);
+  json py = run_json(profile, {}, {"python3", "-c", "print('hello from python')"});
+  EXPECT_EQ(py["stdout"], "hello from python\n") << py.dump();
+  json js = run_json(profile, {}, {"node", "-e", "console.log('hello from node')"});
+  EXPECT_EQ(js["stdout"], "hello from node\n") << js.dump();
+  // Its allow list has no unshare and no ptrace: both fail.
+  json denied = run_json(profile, {}, {"python3", "-c",
+                                       "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                                       "print(l.syscall(272, 0x10000000), ctypes.get_errno())\n"});
+  EXPECT_EQ(denied["stdout"], "-1 1\n") << denied.dump();
+}
+
+TEST(ProfileEffects, CheckValidatesShippedAndRefusesBroken) {
+  const std::string root = NSBOX_SOURCE_DIR;
+  CliResult ok = run_cli({"check", root + "/profiles/default.yaml", root + "/profiles/strict.yaml",
+                          root + "/profiles/tenants/minimal.yaml"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("name: strict"), std::string::npos);
+  CliResult bad = run_cli({"check", root + "/profiles/default.yaml", root + "/tests/profiles/broken/bare_number_size.yaml"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("bare_number_size.yaml:"), std::string::npos) << bad.err;
+}
+
+TEST(Workspace, InputsInArtifactsOutWorkspaceGone) {
+  Scratch s;
+  const std::string input = s.write("in.csv", "a,b\n1,2\n");
+  const std::string arts = s.dir() + "/artifacts";
+  json r = run_json("default", {"--input", input + ":data.csv", "--artifacts", arts},
+                    {"sh", "-c", "tail -1 /workspace/data.csv > /workspace/out/last.txt; mkdir /workspace/out/d; "
+                                 "echo deep > /workspace/out/d/e.txt; ln -s /etc/passwd /workspace/out/leak"});
+  ASSERT_EQ(r["status"], "ok") << r.dump();
+  ASSERT_EQ(r["artifacts"].size(), 2u) << r.dump();
+  EXPECT_EQ(r["artifacts"][0]["name"], "d/e.txt");
+  EXPECT_EQ(r["artifacts"][1]["name"], "last.txt");
+  EXPECT_EQ(r["artifacts"][1]["size"], 4);
+  // sha256 of "1,2\n"
+  EXPECT_EQ(r["artifacts"][1]["sha256"], "52186c933993da4082b3cdc7c40bb4bf735b391ff54a2ef78c037dda6c38a680");
+  EXPECT_EQ(r["artifacts_refused"], json::array({"leak: a symlink, not returned"}));
+  std::ifstream copied(arts + "/last.txt");
+  std::string line;
+  std::getline(copied, line);
+  EXPECT_EQ(line, "1,2");
+  EXPECT_FALSE(fs::exists(arts + "/leak"));
+  for (const auto& e : fs::directory_iterator("/tmp"))
+    EXPECT_EQ(e.path().filename().string().rfind("nsbox-run-", 0), std::string::npos) << e.path();
+}
+
+TEST(Workspace, ArtifactsOverTheCapAreRefusedAndReported) {
+  Scratch s;
+  const std::string profile = s.write("p.yaml", "name: small\nextends: default\n"
+                                                "filesystem:\n  workspace: {path: /workspace, max_artifacts: 2, max_artifact_bytes: 1KiB}\n");
+  json r = run_json(profile, {}, {"sh", "-c", "cd /workspace/out; echo a > a; echo b > b; echo c > c; head -c 2000 /dev/zero > z"});
+  ASSERT_EQ(r["status"], "ok") << r.dump();
+  EXPECT_EQ(r["artifacts"].size(), 2u);
+  EXPECT_EQ(r["artifacts_refused"], json::array({"c: over the cap of 2 artifacts", "z: over the cap of 2 artifacts"}));
+}
+
+TEST(Workspace, BadInputNamesAreRefused) {
+  for (const char* name : {"../x", "a/b", ".."}) {
+    CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--input", std::string("/etc/hostname:") + name, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << name;
+    EXPECT_NE(r.err.find("must be a plain file name"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Workspace, SizeIsCappedByATmpfs) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace needs root";
+  json r = run_json("strict", {}, {"true"});  // strict has no workspace
+  EXPECT_TRUE(r["artifacts"].empty());
+  Scratch s;
+  const std::string profile = s.write("p.yaml", "name: tiny\nextends: default\nlimits: {tmpfs: 4MiB}\n");
+  json w = run_json(profile, {}, {"sh", "-c", "head -c 8000000 /dev/zero > /workspace/big; echo $?"});
+  EXPECT_EQ(w["stdout"], "1\n") << w.dump();
+}
+
+}  // namespace
+}  // namespace nsbox::testing
