@@ -10,10 +10,15 @@ namespace {
 // What the runner's fd 3 may contain: exactly these keys.
 constexpr const char* kResultKeys[] = {"return", "error", "error_type"};
 
-std::string format_duration_s(std::chrono::milliseconds ms) {
-  const auto count = ms.count();
-  if (count % 1000 == 0) return std::to_string(count / 1000) + "s";
-  return std::to_string(count) + "ms";
+// "5" for 5000 ms, "0.5" for 500 ms: seconds as the platform prints them.
+std::string seconds(std::chrono::milliseconds ms) {
+  std::string out = std::to_string(ms.count() / 1000);
+  if (int64_t frac = ms.count() % 1000) {
+    std::string digits = std::to_string(1000 + frac).substr(1);
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  return out;
 }
 
 std::string signal_name(int sig) {
@@ -49,8 +54,8 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
       bool cpu = std::find(run.limits_hit.begin(), run.limits_hit.end(), "cpu_time") != run.limits_hit.end();
       out.status = "timeout";
       out.error_type = "timeout";
-      out.error = cpu ? "Execution exceeded the CPU time limit of " + format_duration_s(spec.limits.cpu_time)
-                      : "Execution timed out after " + format_duration_s(spec.limits.wall_time);
+      out.error = cpu ? "Execution exceeded its CPU time (> " + seconds(spec.limits.cpu_time) + " seconds)."
+                      : "Execution timed out (> " + seconds(spec.limits.wall_time) + " seconds).";
       return;
     }
     case RunStatus::kOom:
@@ -102,6 +107,14 @@ ExecOutcome run_exec(const Launcher& launcher, RunSpec spec, const ExecRequest& 
   spec.stdin_data = nlohmann::json{{"code", request.code}, {"inputs", request.inputs}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
   ExecOutcome out;
+  if (request.code.find_first_not_of(" \t\r\n") == std::string::npos) {
+    // Nothing to run: answered before any sandbox starts, as the platform does.
+    out.status = "error";
+    out.error_type = "contract";
+    out.error = "No code provided.";
+    out.run.status = RunStatus::kOk;
+    return out;
+  }
   out.run = launcher.run(spec, cancel_fd);
   // A result counts only when the runner also finished normally: a workload
   // killed after writing one still ran out of time or memory.

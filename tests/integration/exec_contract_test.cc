@@ -187,6 +187,27 @@ TEST(ExecCli, PrintsThePlatformsShapeAndExitsZeroForUserErrors) {
   EXPECT_TRUE(out["usage"].contains("peak_memory_bytes"));
 }
 
+TEST(ExecCli, TimeoutKillsEvenASigtermIgnoringLoopWithThePlatformsMessage) {
+  ExecRequest request;
+  request.code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef main(args):\n    while True: pass\n";
+  RunSpec spec = spec_from_profile(load_profile("default", ProfileSearch{}));
+  spec.rootfs = test_rootfs();
+  spec.limits.wall_time = std::chrono::seconds(1);
+  ExecOutcome o = run_exec(launcher(), spec, request);
+  EXPECT_EQ(o.status, "timeout");
+  EXPECT_EQ(o.error.value_or(""), "Execution timed out (> 1 seconds).");
+  EXPECT_LT(o.run.wall_ms, 3000);
+}
+
+TEST(ExecCli, EmptyCodeIsRefusedBeforeAnySandbox) {
+  ExecRequest request;
+  request.code = "  \n";
+  ExecOutcome o = run_exec(launcher(), capture_spec({}), request);
+  EXPECT_EQ(o.status, "error");
+  EXPECT_EQ(o.error.value_or(""), "No code provided.");
+  EXPECT_EQ(o.run.wall_ms, 0) << "no sandbox was started";
+}
+
 TEST(ExecCli, BadLanguageAndInputsAreUsageErrors) {
   CliResult r = run_cli({"exec", "--lang", "ruby", "--code", "/dev/null"});
   EXPECT_EQ(r.exit_code, 2);
