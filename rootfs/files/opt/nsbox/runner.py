@@ -14,11 +14,13 @@ import os
 import sys
 
 RESULT_FD = 3
-USER_FILE = "user_code.py"
+USER_FILE = "<user_code>"  # the file name in tracebacks, as the platform's
+MISSING_MAIN = "code must define a function main(args)"
+NAN_MESSAGE = "Out of range float values are not JSON compliant"
 EX_SOFTWARE = 70  # no result could be delivered
 
 # Captured now: user code shares sys.modules and could patch json or os.
-_dumps, _loads = json.dumps, json.loads
+_dumps, _loads, _JSONEncoder = json.dumps, json.loads, json.JSONEncoder
 _write, _close, _getpid = os.write, os.close, os.getpid
 _exit = os._exit
 
@@ -96,8 +98,8 @@ def _format_exception(e, code):
     import linecache
     import traceback
 
-    # Source lines for the traceback (not a file: there is none, and a
-    # user_code.py in the cwd must not be read). mtime None: never stale.
+    # Source lines for the traceback (there is no file to read: the name is
+    # "<user_code>"). mtime None: never stale.
     linecache.cache[USER_FILE] = (len(code), None, code.splitlines(True), USER_FILE)
 
     tb = e.__traceback__
@@ -127,11 +129,12 @@ def _run(code, inputs):
     ns = module.__dict__
     try:
         exec(compiled, ns)
-        args_cls, main = ns.get("Args", Args), ns.get("main")
-        if main is None:
-            return None, "no main function defined: define def main(args): ...", "contract"
+        args_cls, main = ns.get("Args", Args), ns.get("main", _missing)
+        if main is _missing:
+            return None, MISSING_MAIN, "contract"
         if not callable(main):
-            return None, "main is not callable (it is a %s)" % type(main).__name__, "contract"
+            msg = "%s; main is not callable (it is a %s)" % (MISSING_MAIN, type(main).__name__)
+            return None, msg, "contract"
         if not callable(args_cls):
             return None, "Args is not callable (it is a %s)" % type(args_cls).__name__, "contract"
         value = main(args_cls(inputs))
@@ -146,6 +149,9 @@ def _run(code, inputs):
         return None, _format_exception(e, code), "exception"
 
 
+_missing = object()
+
+
 async def _await(awaitable):
     return await awaitable
 
@@ -157,6 +163,8 @@ def _encode(value, error, error_type):
     except BaseException as e:  # json may call user code (dict subclasses...)
         import traceback
 
+        if isinstance(e, ValueError) and str(e) == NAN_MESSAGE:
+            e = _name_nan(result) or e
         msg = "".join(traceback.format_exception_only(type(e), e)).rstrip("\n")
         result = {"return": None, "error": msg, "error_type": "serialization"}
         text = _dumps(result, ensure_ascii=False)
@@ -164,6 +172,20 @@ def _encode(value, error, error_type):
         return text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them as \udXXX
         return _dumps(result, ensure_ascii=True).encode("ascii")
+
+
+def _name_nan(result):
+    """json's C encoder (3.11) does not say which float was out of range;
+    its pure-Python encoder (iterencode without _one_shot) does: "...: nan"."""
+    try:
+        for _ in _JSONEncoder(ensure_ascii=False, allow_nan=False).iterencode(result):
+            pass
+    except ValueError as e:
+        if str(e).startswith(NAN_MESSAGE + ": "):
+            return e
+    except BaseException:
+        pass
+    return None
 
 
 def _write_all(fd, data):
