@@ -15,12 +15,18 @@ const vm = require('vm');
 const { createRequire } = require('module');
 
 const RESULT_FD = 3;
-const USER_FILE = 'user_code.js';
+const USER_FILE = '<user_code>'; // the file name in stacks, as the platform's
+const REQUIRE_BASE = 'user_code.js'; // require() resolves as from cwd/user_code.js
+const MISSING_MAIN = 'code must define a function main(args)';
 const EX_SOFTWARE = 70;
 
 // Captured now, before user code can patch them.
 const stringify = JSON.stringify;
 const parse = JSON.parse;
+const { isNumberObject, isBigIntObject } = util.types;
+const bigintValueOf = BigInt.prototype.valueOf;
+const numberOf = Number;
+const isFinite = Number.isFinite;
 const { writeSync, readSync, closeSync, fstatSync, openSync } = fs;
 const exit = process.exit.bind(process);
 
@@ -61,6 +67,23 @@ function formatError(e) {
   }
 }
 
+// JSON.stringify's replacer, called for every value after its toJSON():
+// BigInt -> "123n" (as the platform does); NaN and +-Infinity are refused
+// (JSON.stringify would write null). Number and BigInt wrapper objects are
+// unwrapped here as JSON.stringify would, so that they get the same checks.
+function replacer(key, value) {
+  if (typeof value === 'object' && value !== null) {
+    if (isNumberObject(value)) value = numberOf(value);
+    else if (isBigIntObject(value)) value = bigintValueOf.call(value);
+    else return value;
+  }
+  if (typeof value === 'bigint') return `${value}n`;
+  if (typeof value === 'number' && !isFinite(value)) {
+    throw new TypeError(`${value} is not JSON-serializable`);
+  }
+  return value;
+}
+
 function encodeReturn(value) {
   if (value === undefined) return result(null, null, null);
   if (typeof value === 'function' || typeof value === 'symbol') {
@@ -68,7 +91,7 @@ function encodeReturn(value) {
   }
   let text;
   try {
-    text = stringify(value);
+    text = stringify(value, replacer);
   } catch (e) {
     const msg = e instanceof Error ? `${e.name}: ${e.message}` : formatError(e);
     return result(null, msg, 'serialization');
@@ -195,7 +218,7 @@ function readRequest() {
 function defineGlobals() {
   let cwd = '/tmp';
   try { cwd = process.cwd(); } catch (e) { /* cwd removed */ }
-  const filename = path.join(cwd, USER_FILE);
+  const filename = path.join(cwd, REQUIRE_BASE);
   const userModule = { id: '.', filename, exports: {}, require: createRequire(filename) };
   const globals = {
     Args: class Args { constructor(params) { this.params = params; } },
@@ -236,8 +259,8 @@ async function run() {
     if (main === undefined && userModule.exports) main = userModule.exports.main;
     const contract = (msg) => finish(result(null, msg, 'contract'));
     const kind = (v) => (v === null ? 'null' : typeof v);
-    if (main === undefined) return contract('no main function defined: define function main(args) { ... }');
-    if (typeof main !== 'function') return contract(`main is not a function (it is ${kind(main)})`);
+    if (main === undefined) return contract(MISSING_MAIN);
+    if (typeof main !== 'function') return contract(`${MISSING_MAIN}; main is not a function (it is ${kind(main)})`);
     if (typeof Args !== 'function') return contract(`Args is not a class (it is ${kind(Args)})`);
     value = await main(new Args(req.inputs));
   } catch (e) {
