@@ -179,8 +179,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // sync pipe open for the whole run, so a hang-up means it died before this.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   pollfd sync_poll{c.sync_fd, POLLIN, 0};
-  if (::poll(&sync_poll, 1, 0) != 0) ::_exit(kSetupFailedExit);
-  ::close(c.sync_fd);
+  if (::poll(&sync_poll, 1, 0) > 0 && (sync_poll.revents & (POLLHUP | POLLERR))) ::_exit(kSetupFailedExit);
   if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
     fail(c, "close_range", "inherited fds", err);
 
@@ -188,6 +187,14 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);
   if (::sethostname(c.hostname, std::strlen(c.hostname)) != 0) fail(c, "sethostname", c.hostname, errno);
   if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
+
+  // The second byte: PID 1 is in the run's cgroup (on cgroup v1 the
+  // supervisor moves it while the mounts above are made: the move waits for
+  // an RCU grace period). No workload exists before this.
+  while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) ::_exit(kSetupFailedExit);
+  ::close(c.sync_fd);
 
   sigset_t all;
   sigfillset(&all);

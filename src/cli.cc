@@ -259,7 +259,11 @@ int cli_main(int argc, char** argv) {
 
   try {
     if (*run) {
-      const std::vector<std::string> rest = run->remaining();
+      // CLI11 reports the "--" separator itself among the remaining
+      // arguments; it is nsbox's, not part of the command.
+      std::vector<std::string> rest = run->remaining();
+      const bool separated = std::find(argv + 1, argv + argc, std::string("--")) != argv + argc;
+      if (separated && !rest.empty() && rest.back() == "--") rest.pop_back();
       run_opt.command.insert(run_opt.command.end(), rest.begin(), rest.end());
       return run_command(run_opt);
     }

@@ -501,13 +501,18 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     if (in_pipe && ::fcntl(in_pipe->write.get(), F_SETFL, O_NONBLOCK) != 0)
       throw SysError("fcntl", "stdin pipe", errno);
 
-    // v1 has no CLONE_INTO_CGROUP: the child joins while it waits for the
-    // sync byte, before it runs anything of its own.
-    if (cgroup && cgroup->clone_into_fd() < 0) cgroup->add_process(proc.pid());
     write_id_maps(proc.pid(), spec.sandbox_uid, spec.sandbox_gid, host_ids_);
     // sync.write stays open until the run ends: the child treats its hang-up
     // as the supervisor's death.
     if (::write(sync.write.get(), "g", 1) != 1) throw SysError("write", "sandbox sync pipe", errno);
+    // v1 has no CLONE_INTO_CGROUP: PID 1 is moved in while it builds the
+    // mounts (the move waits for an RCU grace period, ~10 ms), and forks the
+    // workload only after the second byte, so no workload code ever runs
+    // outside the cgroup.
+    if (cgroup && cgroup->clone_into_fd() < 0) cgroup->add_process(proc.pid());
+    // EPIPE: the child already failed its setup; its report says why.
+    if (::write(sync.write.get(), "c", 1) != 1 && errno != EPIPE)
+      throw SysError("write", "sandbox sync pipe", errno);
 
     Watch watch{.proc = proc,
                 .error_fd = std::move(errors.read),

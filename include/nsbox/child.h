@@ -15,7 +15,8 @@
 namespace nsbox {
 
 struct ChildConfig {
-  int sync_fd;    // read end: one byte once the id maps are written; EOF aborts
+  int sync_fd;    // read end: a byte once the id maps are written, a second once
+                  // PID 1 is in the run's cgroup; EOF aborts
   int error_fd;   // write end, O_CLOEXEC: ChildFailure records
   int report_fd;  // write end: our PID 1's InitReport
   int stdin_fd;   // -1: inherit nsbox's stdio

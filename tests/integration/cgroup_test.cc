@@ -36,7 +36,7 @@ int64_t mem_available_kib() {
 }
 
 // Every run cgroup directory nsbox has under its parents right now.
-std::vector<std::string> run_cgroup_dirs(const CgroupHost& host) {
+std::vector<std::string> run_cgroup_dirs(const CgroupHost& host, pid_t owner = ::getpid()) {
   std::vector<std::string> parents;
   if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
   for (const auto& [c, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
@@ -46,8 +46,10 @@ std::vector<std::string> run_cgroup_dirs(const CgroupHost& host) {
   for (const auto& parent : parents) {
     std::ostringstream cmd;
     if (DIR* d = ::opendir(parent.c_str())) {
+      // Only this process's runs: other tests may run in parallel.
+      const std::string own = "run-" + std::to_string(owner) + "-";
       while (dirent* e = ::readdir(d))
-        if (std::string(e->d_name).rfind("run-", 0) == 0) out.push_back(parent + "/" + e->d_name);
+        if (std::string(e->d_name).rfind(own, 0) == 0) out.push_back(parent + "/" + e->d_name);
       ::closedir(d);
     }
   }
@@ -95,7 +97,7 @@ TEST_F(Cgroups, ForkBombStopsAtPidsMaxAndTheRunEndsOnTime) {
   EXPECT_EQ(r.status, RunStatus::kTimeout);
   EXPECT_TRUE(has(r.limits_hit, "pids")) << joined(r.limits_hit);
   EXPECT_TRUE(has(r.limits_hit, "wall_time"));
-  EXPECT_LT(r.wall_ms, 6000);
+  EXPECT_LT(r.wall_ms, in_vm_guest() ? 30000 : 6000);
 }
 
 TEST_F(Cgroups, CpuBandwidthLimitThrottlesABusyLoop) {
@@ -163,7 +165,7 @@ TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
   const std::string prefix = "run-" + std::to_string(cli) + "-";
   std::vector<std::string> dirs;
   for (int i = 0; i < 500 && dirs.empty(); ++i) {
-    for (const auto& d : run_cgroup_dirs(launcher().cgroup_host()))
+    for (const auto& d : run_cgroup_dirs(launcher().cgroup_host(), cli))
       if (d.find(prefix) != std::string::npos) dirs.push_back(d);
     ::usleep(10000);
   }

@@ -132,6 +132,11 @@ bool wait_for_no_process(const std::string& needle, int timeout_ms) {
   return false;
 }
 
+bool in_vm_guest() {
+  const char* v = std::getenv("NSBOX_VM_GUEST");
+  return v && std::string(v) == "1";
+}
+
 std::string unique_token(const std::string& prefix) {
   static int counter = 0;
   return prefix + std::to_string(::getpid()) + "x" + std::to_string(++counter);

@@ -49,6 +49,10 @@ bool wait_for_process(const std::string& needle, int timeout_ms);
 // Polls until no process matches needle (true) or timeout_ms passes.
 bool wait_for_no_process(const std::string& needle, int timeout_ms);
 
+// True inside the cgroup v2 VM rig (tools/vm-test), where processes and pipes
+// run ~50x slower: tests scale sizes, never assertions of behaviour.
+bool in_vm_guest();
+
 // A string unique to this test process, for argv markers and file names.
 std::string unique_token(const std::string& prefix);
 

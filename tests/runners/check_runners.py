@@ -190,6 +190,10 @@ def main():
         ap.error("no rootfs at %s: run tools/build-rootfs (or set NSBOX_TEST_ROOTFS)" % ROOTFS)
     with open(CASES, encoding="utf-8") as f:
         cases = json.load(f)["cases"]
+    try:  # the C++ suite parses this file with nlohmann::json: strict UTF-8 JSON
+        json.dumps(cases, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        ap.error("%s holds a lone surrogate (%s): build such strings in the case's code" % (CASES, e))
     names = [c["name"] for c in cases]
     if len(names) != len(set(names)):
         ap.error("duplicate case names in " + CASES)

@@ -27,6 +27,7 @@ const { isNumberObject, isBigIntObject } = util.types;
 const bigintValueOf = BigInt.prototype.valueOf;
 const numberOf = Number;
 const isFinite = Number.isFinite;
+const isArray = Array.isArray;
 const { writeSync, readSync, closeSync, fstatSync, openSync } = fs;
 const exit = process.exit.bind(process);
 
@@ -73,6 +74,7 @@ function formatError(e) {
 // unwrapped here as JSON.stringify would, so that they get the same checks.
 function replacer(key, value) {
   if (typeof value === 'object' && value !== null) {
+    if (isArray(value)) return value;
     if (isNumberObject(value)) value = numberOf(value);
     else if (isBigIntObject(value)) value = bigintValueOf.call(value);
     else return value;

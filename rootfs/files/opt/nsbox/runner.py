@@ -133,7 +133,7 @@ def _run(code, inputs):
         if main is _missing:
             return None, MISSING_MAIN, "contract"
         if not callable(main):
-            msg = "%s; main is not callable (it is a %s)" % (MISSING_MAIN, type(main).__name__)
+            msg = "%s; main is not callable (it is of type %s)" % (MISSING_MAIN, type(main).__name__)
             return None, msg, "contract"
         if not callable(args_cls):
             return None, "Args is not callable (it is a %s)" % type(args_cls).__name__, "contract"
