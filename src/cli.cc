@@ -44,6 +44,7 @@ struct SandboxOptions {
   std::string cwd = "/tmp";
   std::vector<std::string> inputs;  // FILE[:NAME] copied into the workspace
   std::string artifacts_dir;
+  std::string cgroup_parent;        // cgroup v2 directory for run cgroups
 };
 
 struct RunOptions {
@@ -89,6 +90,9 @@ void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
   cmd->add_option("--input", o.inputs, "Copy FILE[:NAME] into the workspace (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--artifacts", o.artifacts_dir, "Copy the files the run leaves in <workspace>/out here");
+  cmd->add_option("--cgroup-parent", o.cgroup_parent,
+                  "cgroup v2 directory to create run cgroups in (default: nsbox's own cgroup), "
+                  "e.g. a systemd slice with Delegate=yes");
 }
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT become readable on an fd the supervisor polls,
@@ -162,7 +166,7 @@ int run_command(const RunOptions& opt) {
   spec.argv = opt.command;
   spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
   UniqueFd cancel = block_termination_signals();
-  Launcher launcher;
+  Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
@@ -211,7 +215,7 @@ int exec_command(const ExecOptions& opt) {
   if (!request.inputs.is_object()) throw UsageError("--inputs: must be a JSON object");
   RunSpec spec = spec_from_options(opt.sandbox);
   UniqueFd cancel = block_termination_signals();
-  Launcher launcher;
+  Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   ExecOutcome outcome = run_exec(launcher, spec, request, cancel.get());
   std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
             << std::endl;
