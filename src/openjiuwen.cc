@@ -62,18 +62,7 @@ constexpr double kMaxTimeoutSeconds = 86400;
 constexpr long long kMinTimeoutMs = 10;
 
 std::vector<std::string> syscalls(const Field& f, const char* arch) {
-  std::vector<std::string> names;
-  std::map<std::string, std::string> seen;
-  for (const Field& item : f.items()) {
-    std::string name = item.text();
-    if (!profile_yaml::is_known_syscall(name, arch)) {
-      item.fail("unknown system call \"" + name + "\" on " + arch);
-    }
-    auto [it, fresh] = seen.emplace(name, item.path());
-    if (!fresh) item.fail("duplicate system call " + name + " (also " + it->second + ")");
-    names.push_back(name);
-  }
-  return names;
+  return profile_yaml::syscall_names(f, arch);
 }
 
 // The platform filters with the allow list of the host's architecture and

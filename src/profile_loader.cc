@@ -327,16 +327,7 @@ void apply_env(const Field& f, Draft& d) {
 }
 
 std::vector<std::string> syscall_list(const Field& f, const char* arch) {
-  std::vector<std::string> names;
-  std::map<std::string, std::string> seen;
-  for (const Field& item : f.items()) {
-    std::string name = item.text();
-    if (!profile_yaml::is_known_syscall(name, arch)) {
-      item.fail("unknown system call \"" + name + "\" on " + arch);
-    }
-    check_unique(seen, name, item, "system call", item.path());
-    names.push_back(name);
-  }
+  std::vector<std::string> names = profile_yaml::syscall_names(f, arch);
   if (names.empty())
     f.fail("an empty allow list would deny even exit: list the system calls to allow");
   return names;

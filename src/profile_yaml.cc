@@ -394,4 +394,17 @@ bool is_known_syscall(const std::string& name, const char* arch) {
   return token != 0 && seccomp_syscall_resolve_name_arch(token, name.c_str()) >= 0;
 }
 
+std::vector<std::string> syscall_names(const Field& f, const char* arch) {
+  std::vector<std::string> names;
+  std::map<std::string, std::string> seen;
+  for (const Field& item : f.items()) {
+    std::string name = item.text();
+    if (!is_known_syscall(name, arch)) item.fail("unknown system call \"" + name + "\" on " + arch);
+    auto [it, fresh] = seen.emplace(name, item.path());
+    if (!fresh) item.fail("duplicate system call " + name + " (also " + it->second + ")");
+    names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace nsbox::profile_yaml

@@ -120,4 +120,7 @@ std::string env_value(const Field& value);
 // Syscall names checked against libseccomp's table for x86_64 or aarch64.
 bool is_known_syscall(const std::string& name, const char* arch);
 
+// A YAML list of syscall names for arch: each known to libseccomp, none twice.
+std::vector<std::string> syscall_names(const Field& f, const char* arch);
+
 }  // namespace nsbox::profile_yaml

@@ -133,12 +133,12 @@ SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
   prog_.filter = filter_.data();
 }
 
-SeccompProgram SeccompProgram::default_policy() {
-  FilterCtx ctx(seccomp_init(SCMP_ACT_ALLOW), &seccomp_release);
-  if (!ctx) throw SysError("seccomp_init", "default policy", ENOMEM);
-  SeccompProgram program;
-  auto& rules = program.rules_;
+namespace {
 
+// A filter with default_action and the rules every policy starts with.
+FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<SeccompRuleInfo>& rules) {
+  FilterCtx ctx(seccomp_init(default_action), &seccomp_release);
+  if (!ctx) throw SysError("seccomp_init", what, ENOMEM);
   // Syscalls of another ABI (i386 via int 0x80, x32) bypass a filter written
   // for x86_64 numbers: kill the process outright.
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
@@ -146,6 +146,21 @@ SeccompProgram SeccompProgram::default_policy() {
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "nnp");
   rules.push_back({"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
                    "another ABI's syscall numbers would bypass this filter"});
+  return ctx;
+}
+
+}  // namespace
+
+void SeccompProgram::finish(void* ctx) {
+  filter_ = export_bpf(static_cast<scmp_filter_ctx>(ctx));
+  prog_.len = static_cast<unsigned short>(filter_.size());
+  prog_.filter = filter_.data();
+}
+
+SeccompProgram SeccompProgram::default_policy() {
+  SeccompProgram program;
+  auto& rules = program.rules_;
+  FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules);
 
   for (const auto& rule : kDenyRules) {
     check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(rule.err), resolve(rule.syscall), 0),
@@ -172,9 +187,7 @@ SeccompProgram SeccompProgram::default_policy() {
   rules.push_back({"personality", "persona is not 0xffffffff (query)", "EPERM",
                    "changing the execution domain, e.g. disabling ASLR"});
 
-  program.filter_ = export_bpf(ctx.get());
-  program.prog_.len = static_cast<unsigned short>(program.filter_.size());
-  program.prog_.filter = program.filter_.data();
+  program.finish(ctx.get());
   return program;
 }
 
@@ -218,14 +231,9 @@ void allow_ioctl_except_denied(scmp_filter_ctx ctx) {
 }  // namespace
 
 SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscalls) {
-  FilterCtx ctx(seccomp_init(SCMP_ACT_ERRNO(EPERM)), &seccomp_release);
-  if (!ctx) throw SysError("seccomp_init", "allow list", ENOMEM);
   SeccompProgram program;
   auto& rules = program.rules_;
-  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
-  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "nnp");
-  rules.push_back({"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
-                   "another ABI's syscall numbers would bypass this filter"});
+  FilterCtx ctx = new_filter(SCMP_ACT_ERRNO(EPERM), "allow list", rules);
   rules.push_back({"(any)", "not in the allow list", "EPERM", "only what the profile allows"});
   // Runtimes fall back from these on ENOSYS, never on EPERM.
   for (const auto& rule : kDenyRules) {
@@ -259,9 +267,7 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
       rules.push_back({name, "", "ALLOW", "in the allow list"});
     }
   }
-  program.filter_ = export_bpf(ctx.get());
-  program.prog_.len = static_cast<unsigned short>(program.filter_.size());
-  program.prog_.filter = program.filter_.data();
+  program.finish(ctx.get());
   return program;
 }
 

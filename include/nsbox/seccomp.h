@@ -45,6 +45,7 @@ class SeccompProgram {
 
  private:
   SeccompProgram() = default;
+  void finish(void* filter_ctx);  // exports the compiled filter into filter_
   std::vector<sock_filter> filter_;
   sock_fprog prog_{};
   std::vector<SeccompRuleInfo> rules_;
