@@ -87,6 +87,35 @@ std::vector<TopLevelEntry> list_top_level(int root_fd, const std::string& root) 
 
 size_t depth(const std::string& path) { return std::count(path.begin(), path.end(), '/'); }
 
+// Whether `inside` exists in the rootfs, with no symlink on the way, as a
+// directory (or, for want_dir false, a non-directory).
+bool exists_in_rootfs(int root_fd, const std::string& inside, bool want_dir) {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const std::string rel = inside.substr(inside.find_first_not_of('/'));
+  long fd = ::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof(how));
+  if (fd < 0) return false;
+  struct stat st {};
+  bool ok = ::fstat(static_cast<int>(fd), &st) == 0 && S_ISDIR(st.st_mode) == want_dir && !S_ISLNK(st.st_mode);
+  ::close(static_cast<int>(fd));
+  return ok;
+}
+
+// One bind of the whole rootfs suffices when nothing has to be created in it.
+bool every_target_exists(int root_fd, const RunSpec& spec) {
+  for (const char* dir : {"/proc", "/dev", "/tmp"})
+    if (!exists_in_rootfs(root_fd, dir, true)) return false;
+  for (const auto& t : spec.tmpfs)
+    if (!exists_in_rootfs(root_fd, t.target, true)) return false;
+  for (const auto& b : spec.binds) {
+    struct stat st {};
+    if (::stat(b.source.c_str(), &st) != 0) return false;
+    if (!exists_in_rootfs(root_fd, b.target, S_ISDIR(st.st_mode))) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 unsigned long locked_mount_flags(const std::string& path) {
@@ -134,12 +163,18 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
 
   // Nothing we mount may propagate back to the host.
   plan.add({.kind = MountKind::kMakePrivate, .target = "/", .flags = MS_REC | MS_PRIVATE});
-  plan.add({.kind = MountKind::kRootTmpfs, .source = "tmpfs", .target = spec.rootfs,
-            .fstype = "tmpfs", .data = "mode=0755,size=1m,nr_inodes=4096", .flags = kNoDevSuid});
+  const bool single_bind = every_target_exists(root_fd.get(), spec);
+  if (single_bind) {
+    // Not recursive: no host submount comes along.
+    plan.add({.kind = MountKind::kRootBind, .target = spec.rootfs, .flags = MS_BIND});
+  } else {
+    plan.add({.kind = MountKind::kRootTmpfs, .source = "tmpfs", .target = spec.rootfs,
+              .fstype = "tmpfs", .data = "mode=0755,size=1m,nr_inodes=4096", .flags = kNoDevSuid});
+  }
 
   // The rootfs's top level, read-only, each entry on its own: not recursive,
   // so no host submount comes along.
-  for (const auto& e : list_top_level(root_fd.get(), spec.rootfs)) {
+  for (const auto& e : single_bind ? std::vector<TopLevelEntry>{} : list_top_level(root_fd.get(), spec.rootfs)) {
     const std::string inside = "/" + e.name;
     if (e.type == DT_LNK) {
       plan.add({.kind = MountKind::kSymlink, .source = e.link, .target = inside});
@@ -239,9 +274,9 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
               .optional = true});
   }
 
-  // The skeleton root becomes read-only too, then the switch.
+  // The new root becomes read-only, then the switch.
   plan.add({.kind = MountKind::kRemount, .target = "/",
-            .flags = MS_REMOUNT | MS_RDONLY | kNoDevSuid});
+            .flags = single_bind ? read_only_bind : MS_REMOUNT | MS_RDONLY | kNoDevSuid});
   plan.add({.kind = MountKind::kPivotRoot, .target = spec.rootfs});
   plan.finalize();
   return plan;
@@ -459,15 +494,19 @@ int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
       if (::mount(nullptr, op.target, nullptr, op.flags, nullptr) != 0) *step = "make-private", result = errno;
       continue;
     }
-    if (op.kind == MountKind::kRootTmpfs) {
+    if (op.kind == MountKind::kRootTmpfs || op.kind == MountKind::kRootBind) {
       rootfs_fd = openat2_path(AT_FDCWD, op.target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
       if (rootfs_fd < 0) {
         *step = "open rootfs";
         result = errno;
         continue;
       }
-      if (::mount(op.source, op.target, op.fstype, op.flags, op.data) != 0) {
-        *step = "mount root tmpfs";
+      char rootfs_path[32];
+      fd_path(rootfs_fd, rootfs_path);
+      const bool bind = op.kind == MountKind::kRootBind;
+      if ((bind ? ::mount(rootfs_path, op.target, nullptr, op.flags, nullptr)
+                : ::mount(op.source, op.target, op.fstype, op.flags, op.data)) != 0) {
+        *step = bind ? "bind rootfs" : "mount root tmpfs";
         result = errno;
         continue;
       }

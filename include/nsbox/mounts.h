@@ -1,12 +1,13 @@
 // The mount plan: every mount of the sandbox's filesystem view, computed by the
 // supervisor before clone and replayed by the child with raw syscalls.
 //
-// The new root is a small tmpfs laid over the rootfs path (private to the
-// sandbox's mount namespace) into which the rootfs's top-level entries are
-// bound read-only. Mount targets can thus be created at the top level, and
-// every target is resolved component by component from the new root without
-// following a symlink, so nothing planted in the rootfs or in a rw mount can
-// redirect a mount onto the host.
+// The new root is the rootfs bound on itself when every mount target exists in
+// it (the common case: one bind); otherwise a small tmpfs laid over the rootfs
+// path (private to the sandbox's mount namespace) into which the rootfs's
+// top-level entries are bound read-only, so missing targets can be created
+// at the top level. Either way every target is resolved component by
+// component from the new root without following a symlink, so nothing
+// planted in the rootfs or in a rw mount can redirect a mount onto the host.
 #pragma once
 
 #include <string>
@@ -19,6 +20,7 @@ namespace nsbox {
 
 enum class MountKind {
   kMakePrivate,   // mount --make-rprivate /
+  kRootBind,      // the rootfs bound on itself as the new root (every target exists in it)
   kRootTmpfs,     // the tmpfs skeleton of the new root, mounted on the rootfs path
   kBind,          // bind source on target (not recursive), then remount_flags if set
   kFilesystem,    // mount fstype on target with flags and data (proc, tmpfs, devpts)

@@ -45,7 +45,22 @@ TEST(MountPlan, RootfsEntriesAreBoundReadOnlyWithoutSubmounts) {
   EXPECT_EQ(find_step(plan, MountKind::kBind, "/proc"), nullptr) << "proc is nsbox's own";
 }
 
+TEST(MountPlan, RootfsWithEveryTargetIsBoundOnceAndMadeReadOnly) {
+  // / has /proc, /dev and /tmp: one bind of the whole tree, no skeleton.
+  RunSpec spec = spec_with_root("/");
+  spec.binds = {{"/etc", "/mnt", true, false}};
+  MountPlan plan = MountPlan::for_spec(spec);
+  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootBind);
+  EXPECT_EQ(find_step(plan, MountKind::kBind, "/usr"), nullptr);
+  const auto& before_pivot = plan.steps()[plan.steps().size() - 2];
+  EXPECT_EQ(before_pivot.target, "/");
+  EXPECT_NE(before_pivot.flags & MS_BIND, 0u);
+  EXPECT_NE(before_pivot.flags & MS_RDONLY, 0u);
+  EXPECT_NE(before_pivot.flags & MS_NOSUID, 0u);
+}
+
 TEST(MountPlan, NewRootIsATmpfsMadeReadOnlyBeforePivot) {
+  // /usr has no /proc: the skeleton is needed to create the mount points.
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
   EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootTmpfs);
   EXPECT_EQ(plan.steps()[1].target, "/usr");
