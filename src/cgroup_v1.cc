@@ -24,7 +24,16 @@ namespace {
 // The hierarchies a run joins; cpuacct gives CPU usage, freezer a clean kill.
 constexpr const char* kV1Controllers[] = {"memory", "cpu", "cpuacct", "pids", "freezer"};
 
+bool any_member(const std::vector<std::string>& dirs) {
+  for (const auto& dir : dirs)
+    if (!read_pids(dir + "/cgroup.procs").empty()) return true;
+  return false;
+}
+
 void freeze_and_kill(const std::string& freezer_dir, const std::vector<std::string>& dirs) {
+  // Freezing flips a kernel static key (text patching on every CPU): only
+  // worth it when something is left to kill, which is rare once PID 1 is gone.
+  if (!any_member(dirs)) return;
   bool frozen = false;
   if (!freezer_dir.empty()) {
     try {
