@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -118,6 +120,14 @@ bool run_owner_alive(const std::string& run_name) {
     return true;
   }
   return process_start_time(pid) == start;
+}
+
+void remove_when_empty(const std::string& dir) {
+  for (int i = 0; i < 500; ++i) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT || errno != EBUSY) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+  }
 }
 
 }  // namespace cgroup_internal

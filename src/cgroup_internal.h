@@ -24,6 +24,10 @@ std::string process_start_time(pid_t pid);
 // False only for a run-<pid>-<start>-<n> name whose nsbox process is gone.
 bool run_owner_alive(const std::string& run_name);
 
+// rmdir of a run cgroup, retried (killing stragglers) while the kernel still
+// counts exiting members: about a second at most.
+void remove_when_empty(const std::string& dir);
+
 // The directory under nsbox's own cgroup that holds its run cgroups.
 constexpr const char* kParentName = "nsbox";
 

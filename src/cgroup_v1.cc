@@ -8,9 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <map>
-#include <thread>
 
 #include "cgroup_internal.h"
 #include "nsbox/error.h"
@@ -56,14 +54,7 @@ void freeze_and_kill(const std::string& freezer_dir, const std::vector<std::stri
 
 void remove_dirs(const std::string& freezer_dir, const std::vector<std::string>& dirs) {
   freeze_and_kill(freezer_dir, dirs);
-  for (const auto& dir : dirs) {
-    for (int i = 0; i < 500; ++i) {
-      if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) break;
-      if (errno != EBUSY) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
-    }
-  }
+  for (const auto& dir : dirs) remove_when_empty(dir);
 }
 
 class V1RunCgroup : public RunCgroup {

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
-#include <thread>
 
 #include "cgroup_internal.h"
 #include "nsbox/error.h"
@@ -59,13 +57,7 @@ void destroy(const std::string& dir) {
     // Kernels before 5.14 lack cgroup.kill: signal each member instead.
     for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
   }
-  for (int i = 0; i < 500; ++i) {
-    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return;
-    if (errno != EBUSY) break;
-    // populated goes to 0 once the last killed task has exited.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
-  }
+  remove_when_empty(dir);
 }
 
 class V2RunCgroup : public RunCgroup {

@@ -13,23 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A host directory for one test, removed afterwards.
-class HostDir {
- public:
-  HostDir() {
-    std::string tmpl = "/tmp/nsboxtest-fs-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data());
-    ::chmod(path_.c_str(), 0755);
-  }
-  ~HostDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-  void write(const std::string& name, const std::string& content) const {
-    std::ofstream(path_ + "/" + name) << content;
-  }
-
- private:
-  std::string path_;
-};
+using HostDir = TempDir;
 
 TEST(Filesystem, ReadOnlyBindIsReadableNotWritable) {
   HostDir dir;

@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -130,6 +133,19 @@ bool wait_for_no_process(const std::string& needle, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = "/tmp/nsboxtest-XXXXXX";
+  path_ = ::mkdtemp(tmpl.data());
+  ::chmod(path_.c_str(), 0755);
+}
+
+TempDir::~TempDir() { std::filesystem::remove_all(path_); }
+
+std::string TempDir::write(const std::string& name, const std::string& text) const {
+  std::ofstream(path_ + "/" + name) << text;
+  return path_ + "/" + name;
 }
 
 bool in_vm_guest() {

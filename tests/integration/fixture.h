@@ -53,6 +53,21 @@ bool wait_for_no_process(const std::string& needle, int timeout_ms);
 // run ~50x slower: tests scale sizes, never assertions of behaviour.
 bool in_vm_guest();
 
+// A host directory for one test (mode 0755), removed with its contents.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // Writes name (relative) with text; returns its full path.
+  std::string write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::string path_;
+};
+
 // A string unique to this test process, for argv markers and file names.
 std::string unique_token(const std::string& prefix);
 

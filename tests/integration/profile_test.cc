@@ -16,24 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A temporary directory holding a profile file and whatever else a test needs.
-class Scratch {
- public:
-  Scratch() {
-    std::string tmpl = "/tmp/nsboxtest-profile-XXXXXX";
-    dir_ = ::mkdtemp(tmpl.data());
-    ::chmod(dir_.c_str(), 0755);
-  }
-  ~Scratch() { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(dir_ + "/" + name) << text;
-    return dir_ + "/" + name;
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
+using Scratch = TempDir;
 
 json run_json(const std::string& profile, std::vector<std::string> extra, std::vector<std::string> cmd) {
   std::vector<std::string> args = {"run", "--json", "--rootfs", test_rootfs(), "--profile", profile};
@@ -68,11 +51,11 @@ TEST(ProfileEffects, LimitsReachTheSandbox) {
 
 TEST(ProfileEffects, EnvMountsMasksAndUser) {
   Scratch s;
-  fs::create_directory(s.dir() + "/data");
+  fs::create_directory(s.path() + "/data");
   s.write("data/hello.txt", "dataset\n");
   const std::string profile = s.write(
       "p.yaml", "name: tenant\nextends: default\nenv: {TENANT: acme}\n"
-                "filesystem:\n  mounts:\n    - {source: " + s.dir() + "/data, target: /data, mode: ro}\n"
+                "filesystem:\n  mounts:\n    - {source: " + s.path() + "/data, target: /data, mode: ro}\n"
                 "  mask: [/etc/hostname]\nuser: {uid: 1000, gid: 1001}\n");
   json r = run_json(profile, {}, {"sh", "-c", "echo $TENANT; cat /data/hello.txt; wc -c < /etc/hostname; id -u; id -g; touch /data/x 2>&1 | grep -c Read-only"});
   EXPECT_EQ(r["status"], "ok") << r.dump();
@@ -133,7 +116,7 @@ TEST(ProfileEffects, CheckValidatesShippedAndRefusesBroken) {
 TEST(Workspace, InputsInArtifactsOutWorkspaceGone) {
   Scratch s;
   const std::string input = s.write("in.csv", "a,b\n1,2\n");
-  const std::string arts = s.dir() + "/artifacts";
+  const std::string arts = s.path() + "/artifacts";
   json r = run_json("default", {"--input", input + ":data.csv", "--artifacts", arts},
                     {"sh", "-c", "tail -1 /workspace/data.csv > /workspace/out/last.txt; mkdir /workspace/out/d; "
                                  "echo deep > /workspace/out/d/e.txt; ln -s /etc/passwd /workspace/out/leak"});
