@@ -261,9 +261,16 @@ std::set<std::string> CgroupHost::missing(const std::set<std::string>& needed) c
 }
 
 std::string next_run_cgroup_name() {
-  static const std::string owner =
-      std::to_string(::getpid()) + "-" + process_start_time(::getpid());
+  // Recomputed after a fork: the node's workers are forked from one spawner
+  // and must not share its owner name (and counter).
+  static pid_t owner_pid = 0;
+  static std::string owner;
   static unsigned long counter = 0;
+  if (owner_pid != ::getpid()) {
+    owner_pid = ::getpid();
+    owner = std::to_string(owner_pid) + "-" + process_start_time(owner_pid);
+    counter = 0;
+  }
   return "run-" + owner + "-" + std::to_string(++counter);
 }
 

@@ -210,7 +210,7 @@ int exec_command(const ExecOptions& opt) {
   request.language = *language;
   request.code = read_input_file("--code", opt.code_file);
   const std::string inputs_text = opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
-  request.inputs = nlohmann::json::parse(inputs_text, nullptr, false);
+  request.inputs = nlohmann::ordered_json::parse(inputs_text, nullptr, false);
   if (request.inputs.is_discarded()) throw UsageError("--inputs: not valid JSON");
   if (!request.inputs.is_object()) throw UsageError("--inputs: must be a JSON object");
   RunSpec spec = spec_from_options(opt.sandbox);
@@ -222,9 +222,28 @@ int exec_command(const ExecOptions& opt) {
   return outcome.run.status == RunStatus::kSetupError ? 125 : 0;
 }
 
+// `nsbox serve ...` is nsbox-serve: next to this binary (the build tree),
+// else in the installed libexec directory.
+[[noreturn]] void exec_serve(int argc, char** argv) {
+  std::vector<std::string> candidates = {executable_dir() + "/nsbox-serve",
+                                         std::string(NSBOX_LIBEXECDIR) + "/nsbox-serve"};
+  std::vector<char*> args = {const_cast<char*>("nsbox serve")};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  int err = ENOENT;
+  for (const auto& path : candidates) {
+    ::execv(path.c_str(), args.data());
+    if (errno != ENOENT) err = errno;
+  }
+  std::cerr << "nsbox: serve: cannot start nsbox-serve (looked in " << candidates[0] << " and "
+            << candidates[1] << "): " << std::strerror(err) << std::endl;
+  std::exit(126);
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "serve") exec_serve(argc, argv);
   CLI::App app{"nsbox: run untrusted code in a fresh Linux sandbox"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("nsbox ") + NSBOX_VERSION);
@@ -250,6 +269,9 @@ int cli_main(int argc, char** argv) {
   check->add_option("--from", check_from, "Source format: openjiuwen (the platform's sandbox_config.yaml)")
       ->check(CLI::IsMember({"openjiuwen"}));
   check->add_option("files", check_files, "Profile files")->required();
+
+  // Listed for --help; `nsbox serve` never reaches the parser (exec_serve).
+  app.add_subcommand("serve", "Start the HTTP node (see nsbox serve --help)")->allow_extras();
 
   std::string doctor_rootfs = NSBOX_DEFAULT_ROOTFS;
   auto* doctor = app.add_subcommand("doctor", "Report what this host supports");

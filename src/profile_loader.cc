@@ -550,6 +550,7 @@ ProfileSearch default_profile_search(const std::string& argv0_dir) {
     }
   }
   search.dirs.push_back("/etc/nsbox/profiles");
+  search.dirs.push_back(NSBOX_DATADIR "/profiles");  // cmake --install puts the shipped ones here
   if (!argv0_dir.empty()) {
     search.dirs.push_back(
         (std::filesystem::path(argv0_dir) / ".." / "profiles").lexically_normal().string());

@@ -30,7 +30,7 @@ std::string signal_name(int sig) {
 // can write to fd 3, so nothing is trusted beyond its shape.
 bool parse_runner_result(const Result& run, ExecOutcome& out) {
   if (run.fd3_truncated || run.fd3_data.empty()) return false;
-  auto j = nlohmann::json::parse(run.fd3_data, nullptr, false);
+  auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;
   for (const char* key : kResultKeys)
     if (!j.contains(key)) return false;
@@ -104,7 +104,7 @@ ExecOutcome run_exec(const Launcher& launcher, RunSpec spec, const ExecRequest& 
                   : std::vector<std::string>{"node", "/opt/nsbox/runner.js"};
   spec.stdio = StdioMode::kCapture;
   spec.capture_fd3 = true;
-  spec.stdin_data = nlohmann::json{{"code", request.code}, {"inputs", request.inputs}}.dump(
+  spec.stdin_data = nlohmann::ordered_json{{"code", request.code}, {"inputs", request.inputs}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
   ExecOutcome out;
   if (request.code.find_first_not_of(" \t\r\n") == std::string::npos) {

@@ -17,8 +17,9 @@ struct ProfileSearch {
   std::vector<std::string> dirs;
 };
 
-// $NSBOX_PROFILE_PATH (colon-separated), then /etc/nsbox/profiles, then
-// <argv0_dir>/../profiles (so build/nsbox finds the repository's profiles/).
+// $NSBOX_PROFILE_PATH (colon-separated), then /etc/nsbox/profiles, then the
+// installed <datadir>/nsbox/profiles, then <argv0_dir>/../profiles (so
+// build/nsbox finds the repository's profiles/).
 ProfileSearch default_profile_search(const std::string& argv0_dir);
 
 // Loads, resolves `extends` through search, validates and applies defaults.

@@ -23,12 +23,12 @@ const char* to_string(Language language);
 struct ExecRequest {
   Language language = Language::kPython;
   std::string code;
-  nlohmann::json inputs = nlohmann::json::object();
+  nlohmann::ordered_json inputs = nlohmann::ordered_json::object();
 };
 
 // The outcome in the platform's shape plus nsbox's details.
 struct ExecOutcome {
-  nlohmann::json return_value;        // null unless status is ok
+  nlohmann::ordered_json return_value;  // null unless status is ok
   std::optional<std::string> error;   // the platform's "error"
   std::string error_type;             // runner's: syntax|exception|serialization|contract, or ours: timeout|oom|killed|runner
   std::string status;                 // ok | error | timeout | oom | killed

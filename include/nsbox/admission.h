@@ -1,0 +1,56 @@
+// Admission control for the node: at most N sandboxes run at once, at most Q
+// requests wait for one, and everything beyond is refused at once (HTTP 429)
+// rather than queued without bound.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace nsbox {
+
+class Admission {
+ public:
+  enum class Verdict { kAdmitted, kFull, kClosed };
+
+  Admission(uint32_t max_running, uint32_t max_queued);
+
+  // Takes a slot, waiting in the queue if a place is free. kFull when both
+  // are taken, kClosed once close() was called (also for waiters).
+  Verdict acquire();
+  void release();
+
+  // New limits apply to the next acquire; running sandboxes are not touched.
+  void resize(uint32_t max_running, uint32_t max_queued);
+  // Refuses every acquire from now on.
+  void close();
+  // Waits until nothing runs or the deadline passes; true when idle.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+
+  uint32_t running() const;
+  uint32_t queued() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  uint32_t max_running_;
+  uint32_t max_queued_;
+  uint32_t running_ = 0;
+  uint32_t queued_ = 0;
+  bool closed_ = false;
+};
+
+// A held slot, released on destruction.
+class AdmissionSlot {
+ public:
+  explicit AdmissionSlot(Admission& a) : admission_(&a) {}
+  AdmissionSlot(const AdmissionSlot&) = delete;
+  AdmissionSlot& operator=(const AdmissionSlot&) = delete;
+  ~AdmissionSlot() { admission_->release(); }
+
+ private:
+  Admission* admission_;
+};
+
+}  // namespace nsbox

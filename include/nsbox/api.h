@@ -1,0 +1,46 @@
+// The node's HTTP bodies: decoding a run request (the platform's `/run` and
+// nsbox's `/v1/runs` share it) and encoding the answers in the platform's
+// exact shape. Pure functions: no sockets, no sandboxes.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "nsbox/runtime.h"
+
+namespace nsbox {
+
+struct RunRequest {
+  ExecRequest exec;
+  // The request's "timeout" (seconds in the body); the profile's wall time
+  // applies when absent, and is never exceeded.
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+struct DecodedRequest {
+  std::optional<RunRequest> request;
+  std::string error;               // why not, when request is empty
+  bool unsupported_language = false;
+};
+
+// {"code", "inputs", "timeout", "language"}; language defaults to pinned, else
+// python. A listener pinned to one language refuses the other, as the
+// platform's single-language servers do.
+DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned);
+
+// JSON as Python's json.dumps writes it (", " and ": " separators), which is
+// what the platform's servers answer with.
+std::string dump_platform_json(const nlohmann::ordered_json& value);
+
+// {"return": <value>, "error": null} / {"return": null, "error": "<message>"}
+std::string platform_answer(const nlohmann::ordered_json& return_value,
+                            const nlohmann::ordered_json& error);
+
+// {"output": {"return": null, "error": "Unsupported language: X"}}
+std::string unsupported_language_answer(const std::string& message);
+
+}  // namespace nsbox

@@ -1,0 +1,70 @@
+// The node's spawner: a single-threaded process, forked before the HTTP
+// server starts any thread, that launches sandboxes for it (DESIGN.md: the
+// child of a multi-threaded process may only make raw syscalls, so the
+// threaded server never clones a sandbox itself).
+//
+// Each job travels on its own socket pair: the server sends one end to the
+// spawner over the control socket (SCM_RIGHTS), the spawner forks a worker
+// that reads the job from it, runs the sandbox and writes the result back.
+// The server shutting down its write half cancels the run (the worker's
+// cancel fd turns readable); the server dying cancels every run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "nsbox/api.h"
+#include "nsbox/runtime.h"
+#include "nsbox/sandbox.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+struct Job {
+  std::string run_id;
+  std::string profile_name;   // for errors
+  std::string profile_yaml;   // the resolved profile (to_yaml), loaded by the worker
+  RunRequest request;
+};
+
+// What a worker answers: to_json(ExecOutcome) plus "exit_code", "signal",
+// "limits" (what applied), "artifacts" with their content in base64, and
+// "timeout_clamped" when the request asked for more than the profile allows.
+using JobResult = nlohmann::ordered_json;
+
+class Spawner {
+ public:
+  // Forks the spawner; it builds its Launcher (cgroup detection, stale run
+  // cleanup) and reports ready or the error, which is thrown here. Call only
+  // while the process is single-threaded.
+  static Spawner start(const LauncherOptions& options);
+
+  Spawner(Spawner&&) = default;
+  ~Spawner();  // closes the control socket and waits for the spawner to exit
+
+  // Thread-safe. Runs the job to completion and returns its result.
+  // cancel_fd, when readable, cancels the run (the result then says killed).
+  // Throws SysError when the spawner is gone.
+  JobResult run(const Job& job, int cancel_fd) const;
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  Spawner(pid_t pid, UniqueFd control) : pid_(pid), control_(std::move(control)) {}
+  pid_t pid_ = -1;
+  UniqueFd control_;
+  std::unique_ptr<std::mutex> send_mutex_ = std::make_unique<std::mutex>();
+};
+
+// The worker side, exposed for tests: runs job on launcher and builds the
+// result (no fork, no sockets).
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd);
+
+}  // namespace nsbox

@@ -1,0 +1,126 @@
+#include "nsbox/api.h"
+
+#include <cmath>
+
+namespace nsbox {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A day: longer than any profile allows, short enough to be a real number.
+constexpr double kMaxTimeoutSeconds = 86400;
+
+// nlohmann's messages start with "[json.exception.parse_error.101] ".
+std::string parse_error_message(const std::string& what) {
+  size_t end = what.find("] ");
+  return end == std::string::npos ? what : what.substr(end + 2);
+}
+
+void dump_into(const json& v, std::string& out) {
+  if (v.is_object()) {
+    out += '{';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first) out += ", ";
+      first = false;
+      out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace);
+      out += ": ";
+      dump_into(it.value(), out);
+    }
+    out += '}';
+  } else if (v.is_array()) {
+    out += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) out += ", ";
+      dump_into(v[i], out);
+    }
+    out += ']';
+  } else {
+    out += v.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+}  // namespace
+
+DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned) {
+  DecodedRequest d;
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    d.error = "request body is not valid JSON: " + parse_error_message(e.what());
+    return d;
+  }
+  if (!j.is_object()) {
+    d.error = "request body must be a JSON object with \"code\"";
+    return d;
+  }
+  RunRequest r;
+  r.exec.language = pinned.value_or(Language::kPython);
+  if (j.contains("language") && !j["language"].is_null()) {
+    if (!j["language"].is_string()) {
+      d.error = "\"language\" must be a string";
+      return d;
+    }
+    const std::string name = j["language"].get<std::string>();
+    auto lang = parse_language(name);
+    if (!lang || (pinned && *lang != *pinned)) {
+      d.error = "Unsupported language: " + name;
+      d.unsupported_language = true;
+      return d;
+    }
+    r.exec.language = *lang;
+  }
+  if (j.contains("code") && !j["code"].is_null()) {
+    if (!j["code"].is_string()) {
+      d.error = "\"code\" must be a string";
+      return d;
+    }
+    r.exec.code = j["code"].get<std::string>();
+  }
+  if (j.contains("inputs") && !j["inputs"].is_null()) {
+    if (!j["inputs"].is_object()) {
+      d.error = "\"inputs\" must be a JSON object";
+      return d;
+    }
+    r.exec.inputs = std::move(j["inputs"]);
+  }
+  if (j.contains("timeout") && !j["timeout"].is_null()) {
+    const json& t = j["timeout"];
+    if (!t.is_number()) {
+      d.error = "\"timeout\" must be a number of seconds";
+      return d;
+    }
+    double seconds = t.get<double>();
+    if (!std::isfinite(seconds) || seconds <= 0 || seconds > kMaxTimeoutSeconds) {
+      d.error = "\"timeout\" must be more than 0 and at most 86400 seconds";
+      return d;
+    }
+    // At least a millisecond, so a tiny timeout never means "none".
+    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+  }
+  d.request = std::move(r);
+  return d;
+}
+
+std::string dump_platform_json(const json& value) {
+  std::string out;
+  dump_into(value, out);
+  return out;
+}
+
+std::string platform_answer(const json& return_value, const json& error) {
+  // Insertion order matters here ("return" first): build the text directly.
+  std::string out = "{\"return\": ";
+  dump_into(return_value, out);
+  out += ", \"error\": ";
+  dump_into(error, out);
+  out += '}';
+  return out;
+}
+
+std::string unsupported_language_answer(const std::string& message) {
+  return "{\"output\": " + platform_answer(nullptr, message) + "}";
+}
+
+}  // namespace nsbox

@@ -1,0 +1,81 @@
+#include "nsbox/audit.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+namespace nsbox {
+
+using json = nlohmann::ordered_json;
+
+std::string utc_timestamp() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+json audit_record(const AuditContext& ctx, const json& r) {
+  auto get = [&](const char* key) { return r.contains(key) ? r[key] : json(nullptr); };
+  json usage = r.contains("usage") ? r["usage"] : json::object();
+  json j;
+  j["time"] = utc_timestamp();
+  j["run_id"] = ctx.run_id;
+  j["tenant"] = ctx.tenant;
+  j["profile"] = get("profile");
+  j["language"] = get("language");
+  j["api"] = ctx.api;
+  j["client"] = ctx.client;
+  j["code_sha256"] = ctx.code_sha256;
+  j["input_bytes"] = ctx.input_bytes;
+  j["status"] = get("status");
+  j["error_type"] = get("error_type");
+  j["exit_code"] = get("exit_code");
+  j["signal"] = get("signal");
+  j["duration_ms"] = std::llround(ctx.duration_s * 1000);
+  j["wall_ms"] = usage.value("wall_ms", json(nullptr));
+  j["cpu_ms"] = usage.value("cpu_ms", json(nullptr));
+  j["peak_memory_bytes"] = usage.value("peak_memory_bytes", json(nullptr));
+  j["limits_hit"] = r.contains("limits_hit") ? r["limits_hit"] : json::array();
+  j["warnings"] = r.contains("warnings") ? r["warnings"] : json::array();
+  return j;
+}
+
+AuditLog::AuditLog(const std::string& path) : path_(path) {
+  if (path.empty()) return;
+  // Created 0600 before spdlog opens it: the log names tenants and code hashes.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw std::runtime_error("audit_log " + path + ": " + std::strerror(errno));
+  ::close(fd);
+  try {
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+    logger_ = std::make_shared<spdlog::logger>("audit", std::move(sink));
+  } catch (const spdlog::spdlog_ex& e) {
+    throw std::runtime_error("audit_log " + path + ": " + e.what());
+  }
+  logger_->set_pattern("%v");
+  logger_->set_level(spdlog::level::info);
+  logger_->flush_on(spdlog::level::info);
+}
+
+AuditLog::~AuditLog() = default;
+
+void AuditLog::write(const json& record) {
+  if (!logger_) return;
+  logger_->info(record.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+}  // namespace nsbox

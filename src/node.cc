@@ -1,0 +1,503 @@
+#include "nsbox/node.h"
+
+#include <openssl/evp.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <httplib.h>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "nsbox/admission.h"
+#include "nsbox/api.h"
+#include "nsbox/audit.h"
+#include "nsbox/error.h"
+#include "nsbox/metrics.h"
+#include "nsbox/spawner.h"
+#include "nsbox/units.h"
+
+namespace nsbox {
+namespace {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kSpareThreads = 4;     // health and metrics while every slot is busy
+constexpr size_t kMaxThreads = 1024;
+constexpr size_t kPendingPerThread = 2; // accepted connections waiting for a thread
+constexpr size_t kMaxShedQueue = 256;
+constexpr time_t kKeepAliveSeconds = 5;
+constexpr int kListenBacklog = 1024;
+
+// Set on the thread that answers connections beyond the node's capacity:
+// they get a 429 without touching the admission queue.
+thread_local bool t_shedding = false;
+
+// httplib's ThreadPool queues accepted connections without bound. This one
+// keeps at most max_pending; beyond that a connection goes to the shed lane,
+// a single thread that only answers 429, and when that is full too, the
+// accept thread answers it itself, which slows accepting: backpressure onto
+// the kernel's listen backlog instead of memory.
+class BoundedTaskQueue : public httplib::TaskQueue {
+ public:
+  BoundedTaskQueue(size_t threads, size_t max_pending) : max_pending_(max_pending) {
+    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, false); });
+    workers_.emplace_back([this] { work(shed_, true); });
+  }
+  ~BoundedTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (jobs_.size() < max_pending_) {
+        jobs_.push_back(std::move(fn));
+        cond_.notify_all();
+        return;
+      }
+      if (shed_.size() < kMaxShedQueue) {
+        shed_.push_back(std::move(fn));
+        cond_.notify_all();
+        return;
+      }
+    }
+    t_shedding = true;
+    fn();
+    t_shedding = false;
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cond_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+ private:
+  void work(std::deque<std::function<void()>>& queue, bool shedding) {
+    t_shedding = shedding;
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cond_.wait(lock, [&] { return stopped_ || !queue.empty(); });
+        if (queue.empty()) return;
+        fn = std::move(queue.front());
+        queue.pop_front();
+      }
+      fn();
+    }
+  }
+
+  size_t max_pending_;
+  std::mutex mutex_;
+  std::condition_variable cond_;
+  std::deque<std::function<void()>> jobs_;
+  std::deque<std::function<void()>> shed_;
+  std::vector<std::thread> workers_;
+  bool stopped_ = false;
+};
+
+std::string hex(const unsigned char* data, size_t size) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < size; ++i) {
+    out += digits[data[i] >> 4];
+    out += digits[data[i] & 15];
+  }
+  return out;
+}
+
+std::string new_run_id() {
+  unsigned char bytes[16];
+  if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) throw SysError("getrandom", "run id", errno);
+  return hex(bytes, sizeof bytes);
+}
+
+std::string sha256_hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) return "";
+  return hex(md, n);
+}
+
+std::string error_body(const std::string& message) { return platform_answer(nullptr, message); }
+
+const char* status_message(int status) {
+  switch (status) {
+    case 400: return "malformed HTTP request";
+    case 404: return "not found: the node serves POST /run, POST /v1/runs, GET /health and GET /metrics";
+    case 405: return "method not allowed";
+    case 413: return "request body too large";
+    case 414: return "request URI too long";
+    default: return "request failed";
+  }
+}
+
+class Node {
+ public:
+  Node(NodeOptions options, NodeConfig config, const Spawner& spawner)
+      : options_(std::move(options)),
+        config_(std::make_shared<const NodeConfig>(std::move(config))),
+        audit_(std::make_shared<AuditLog>(config_->audit_log)),
+        spawner_(spawner),
+        admission_(config_->max_concurrent, config_->queue_depth),
+        cancel_(::eventfd(0, EFD_CLOEXEC)) {
+    if (!cancel_) throw SysError("eventfd", "node cancel", errno);
+  }
+
+  int serve(const sigset_t& signals);
+
+ private:
+  std::shared_ptr<const NodeConfig> config() const {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    return config_;
+  }
+  std::shared_ptr<AuditLog> audit() const {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    return audit_;
+  }
+
+  std::unique_ptr<httplib::Server> make_server(size_t listener_index);
+  void add_cors(const httplib::Request& req, httplib::Response& res) const;
+  void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
+  const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l,
+                                   const httplib::Request& req, std::string& why) const;
+  void handle_run(const httplib::Request& req, httplib::Response& res, size_t listener_index, bool native);
+  void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
+                  const Job& job, const JobResult& result, double seconds) const;
+  void reload();
+  void drain();
+
+  NodeOptions options_;
+  mutable std::mutex state_mutex_;
+  std::shared_ptr<const NodeConfig> config_;
+  std::shared_ptr<AuditLog> audit_;
+  const Spawner& spawner_;
+  Admission admission_;
+  mutable Metrics metrics_;
+  UniqueFd cancel_;
+  std::vector<std::unique_ptr<httplib::Server>> servers_;
+  std::vector<std::thread> threads_;
+};
+
+void Node::add_cors(const httplib::Request& req, httplib::Response& res) const {
+  // Only origins the operator listed: the platform's server answers `*`,
+  // which lets any web page drive the sandbox from a user's browser.
+  if (!req.has_header("Origin")) return;
+  const std::string origin = req.get_header_value("Origin");
+  auto cfg = config();
+  for (const auto& allowed : cfg->cors_origins) {
+    if (allowed == origin) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+      return;
+    }
+  }
+}
+
+void Node::reply(const httplib::Request& req, httplib::Response& res, int status,
+                 const std::string& body) const {
+  res.status = status;
+  res.set_content(body, "application/json");
+  add_cors(req, res);
+}
+
+const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l,
+                                       const httplib::Request& req, std::string& why) const {
+  if (!req.has_header("Authorization")) {
+    const TenantConfig* t = cfg.anonymous_tenant(l);
+    if (!t) why = "unauthorized: send Authorization: Bearer <token>";
+    return t;
+  }
+  const std::string value = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.compare(0, kBearer.size(), kBearer) != 0) {
+    why = "unauthorized: only Authorization: Bearer <token> is accepted";
+    return nullptr;
+  }
+  const TenantConfig* t = cfg.tenant_for_token(value.substr(kBearer.size()));
+  if (!t) why = "unauthorized: unknown token";
+  return t;
+}
+
+void Node::finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
+                      const Job& job, const JobResult& result, double seconds) const {
+  AuditContext ctx;
+  ctx.run_id = job.run_id;
+  ctx.tenant = tenant.name;
+  ctx.api = api;
+  ctx.client = req.remote_addr;
+  ctx.code_sha256 = sha256_hex(job.request.exec.code);
+  ctx.input_bytes = job.request.exec.inputs.dump().size();
+  ctx.duration_s = seconds;
+  json record = audit_record(ctx, result);
+  audit()->write(record);
+  const std::string status = result.value("status", "error");
+  metrics_.run_finished(tenant.name, to_string(job.request.exec.language), status, seconds);
+  spdlog::info("run {} tenant={} profile={} language={} status={} duration_ms={}", job.run_id, tenant.name,
+               tenant.profile.name, to_string(job.request.exec.language), status, record["duration_ms"].dump());
+  if (result.value("error_type", json(nullptr)) == "sandbox")
+    spdlog::error("run {}: {}", job.run_id, result.value("error", json("")).dump());
+}
+
+void Node::handle_run(const httplib::Request& req, httplib::Response& res, size_t li, bool native) {
+  auto cfg = config();
+  if (t_shedding) {
+    // Answered after the body was read: closing a socket with unread data
+    // would reset the connection before the client sees the 429.
+    metrics_.rejected("overload");
+    res.set_header("Retry-After", "1");
+    res.set_header("Connection", "close");
+    return reply(req, res, 429, error_body("too many requests: the node is at capacity; retry later"));
+  }
+  const ListenerConfig& listener = cfg->listeners[li];
+  std::string why;
+  const TenantConfig* tenant = authenticate(*cfg, listener, req, why);
+  if (!tenant) {
+    metrics_.rejected("unauthorized");
+    res.set_header("WWW-Authenticate", "Bearer");
+    return reply(req, res, 401, error_body(why));
+  }
+  DecodedRequest decoded = decode_run_request(req.body, listener.language);
+  if (!decoded.request) {
+    metrics_.rejected("bad_request");
+    // The platform answers an unknown language with 200 and this shape.
+    if (decoded.unsupported_language) return reply(req, res, 200, unsupported_language_answer(decoded.error));
+    return reply(req, res, 400, error_body(decoded.error));
+  }
+  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
+    return reply(req, res, 200, error_body("No code provided."));
+  switch (admission_.acquire()) {
+    case Admission::Verdict::kAdmitted:
+      break;
+    case Admission::Verdict::kFull:
+      metrics_.rejected("overload");
+      res.set_header("Retry-After", "1");
+      return reply(req, res, 429, error_body("too many requests: all " + std::to_string(cfg->max_concurrent) +
+                                             " sandboxes are busy and the queue is full; retry later"));
+    case Admission::Verdict::kClosed:
+      metrics_.rejected("shutting_down");
+      res.set_header("Retry-After", "1");
+      res.set_header("Connection", "close");
+      return reply(req, res, 503, error_body("the node is shutting down; retry on another node"));
+  }
+  AdmissionSlot slot(admission_);
+  Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request)};
+  res.set_header("X-Nsbox-Run-Id", job.run_id);
+  const auto start = Clock::now();
+  JobResult result;
+  try {
+    result = spawner_.run(job, cancel_.get());
+  } catch (const std::exception& e) {
+    result = json{{"return", nullptr}, {"error", std::string("The sandbox could not be started: ") + e.what()},
+                  {"status", "error"}, {"error_type", "sandbox"}};
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  finish_run(native ? "v1" : "run", *tenant, req, job, result, seconds);
+  if (native) {
+    const bool broken = result.value("error_type", json(nullptr)) == "sandbox";
+    result["run_id"] = job.run_id;
+    result["tenant"] = tenant->name;
+    return reply(req, res, broken ? 500 : 200, result.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+  reply(req, res, 200, platform_answer(result.value("return", json(nullptr)), result.value("error", json(nullptr))));
+}
+
+std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
+  auto cfg = config();
+  auto svr = std::make_unique<httplib::Server>();
+  const size_t threads = std::min(kMaxThreads, cfg->max_concurrent + cfg->queue_depth + kSpareThreads);
+  svr->new_task_queue = [threads] { return new BoundedTaskQueue(threads, threads * kPendingPerThread); };
+  const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
+  svr->set_read_timeout(timeout.count() / 1000000, timeout.count() % 1000000);
+  svr->set_write_timeout(timeout.count() / 1000000, timeout.count() % 1000000);
+  svr->set_keep_alive_timeout(kKeepAliveSeconds);
+  svr->set_payload_max_length(cfg->body_limit);
+  svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // cpp-httplib would wait for the body before refusing it; the declared
+    // length is enough to answer at once.
+    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
+    const uint64_t limit = config()->body_limit;
+    const std::string declared = req.get_header_value("Content-Length");
+    if (declared.size() < 20 && std::strtoull(declared.c_str(), nullptr, 10) <= limit)
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 413;  // the error handler writes the body
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 413) {
+      metrics_.rejected("too_large");
+      res.set_header("Connection", "close");
+      return reply(req, res, 413, error_body("request body exceeds the node's limit of " +
+                                             format_size(config()->body_limit)));
+    }
+    if (res.body.empty()) reply(req, res, res.status, error_body(status_message(res.status)));
+  });
+  svr->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, what);
+    reply(req, res, 500, error_body("internal error: " + what));
+  });
+  svr->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    reply(req, res, 200, "{\"status\": \"ok\"}");
+  });
+  svr->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    auto cfg_now = config();
+    Metrics::Gauges g{admission_.running(), admission_.queued(), cfg_now->max_concurrent, cfg_now->queue_depth};
+    res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
+  });
+  svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res) {
+    handle_run(req, res, li, false);
+  });
+  svr->Post("/v1/runs", [this, li](const httplib::Request& req, httplib::Response& res) {
+    handle_run(req, res, li, true);
+  });
+  svr->Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+    res.set_header("Access-Control-Max-Age", "600");
+    add_cors(req, res);
+  });
+  return svr;
+}
+
+bool same_addresses(const NodeConfig& a, const NodeConfig& b) {
+  if (a.listeners.size() != b.listeners.size()) return false;
+  for (size_t i = 0; i < a.listeners.size(); ++i) {
+    if (a.listeners[i].address() != b.listeners[i].address()) return false;
+  }
+  return true;
+}
+
+void Node::reload() {
+  const std::string what = options_.config_path.empty() ? "the built-in config" : options_.config_path;
+  try {
+    auto next = std::make_shared<NodeConfig>(load_node_config(options_));
+    auto current = config();
+    if (!same_addresses(*current, *next)) {
+      spdlog::warn("reload: listener addresses changed; they take effect at the next restart");
+      next->listeners = current->listeners;
+    }
+    if (next->cgroup_parent != current->cgroup_parent)
+      spdlog::warn("reload: cgroup_parent changed; it takes effect at the next restart");
+    auto audit_log = std::make_shared<AuditLog>(next->audit_log);  // reopened: rotation
+    admission_.resize(next->max_concurrent, next->queue_depth);
+    spdlog::set_level(spdlog::level::from_str(next->log_level));
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      config_ = next;
+      audit_ = audit_log;
+    }
+    spdlog::info("reloaded {}: {} tenants, max_concurrent {}, queue_depth {}", what, next->tenants.size(),
+                 next->max_concurrent, next->queue_depth);
+  } catch (const std::exception& e) {
+    spdlog::error("reload of {} refused, the running config stays: {}", what, e.what());
+  }
+}
+
+void Node::drain() {
+  auto cfg = config();
+  spdlog::info("stopping: no new runs; {} running get up to {}", admission_.running(),
+               format_duration(cfg->grace_period));
+  admission_.close();
+  for (auto& s : servers_) s->stop();
+  if (!admission_.wait_idle(Clock::now() + cfg->grace_period)) {
+    spdlog::warn("grace period over: killing {} sandboxes", admission_.running());
+    uint64_t one = 1;
+    if (::write(cancel_.get(), &one, sizeof one) != sizeof one) spdlog::error("cancel runs: {}", std::strerror(errno));
+  }
+  for (auto& t : threads_) t.join();
+}
+
+int Node::serve(const sigset_t& signals) {
+  auto cfg = config();
+  for (size_t i = 0; i < cfg->listeners.size(); ++i) {
+    auto svr = make_server(i);
+    const auto& l = cfg->listeners[i];
+    int listen_fd = -1;
+    svr->set_socket_options([&listen_fd](int fd) {
+      int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      listen_fd = fd;
+    });
+    errno = 0;
+    if (!svr->bind_to_port(l.host, l.port)) {
+      spdlog::critical("listen {}: {}", l.address(), errno ? std::strerror(errno) : "cannot bind");
+      for (auto& s : servers_) s->stop();
+      for (auto& t : threads_) t.join();
+      return 1;
+    }
+    // cpp-httplib listens with a backlog of 5: a burst of clients would
+    // overflow it and see resets. A second listen() only raises the backlog.
+    if (listen_fd >= 0 && ::listen(listen_fd, kListenBacklog) != 0)
+      spdlog::warn("listen {}: raising the backlog: {}", l.address(), std::strerror(errno));
+    httplib::Server* raw = svr.get();
+    servers_.push_back(std::move(svr));
+    threads_.emplace_back([raw] { raw->listen_after_bind(); });
+    spdlog::info("listening on http://{}{}", l.address(),
+                 l.language ? std::string(" (") + to_string(*l.language) + " only)" : "");
+  }
+  spdlog::info("node ready: config {}, {} tenants, max_concurrent {}, queue_depth {}", cfg->source,
+               cfg->tenants.size(), cfg->max_concurrent, cfg->queue_depth);
+  for (;;) {
+    siginfo_t info;
+    int sig = ::sigwaitinfo(&signals, &info);
+    if (sig < 0) continue;
+    if (sig == SIGHUP) {
+      reload();
+      continue;
+    }
+    spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    break;
+  }
+  drain();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+NodeConfig load_node_config(const NodeOptions& options) {
+  NodeConfig c = options.config_path.empty() ? builtin_node_config(options.search)
+                                             : load_node_config(options.config_path, options.search);
+  if (options.listen) {
+    ListenerConfig l = parse_listen_address(*options.listen);
+    c.listeners = {l};
+  }
+  return c;
+}
+
+int run_node(const NodeOptions& options) {
+  NodeConfig config = load_node_config(options);
+  // Forked first, while this process has one thread (DESIGN.md).
+  Spawner spawner = Spawner::start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);
+  // Blocked before any thread starts, so only sigwaitinfo sees them.
+  ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  Node node(options, std::move(config), spawner);
+  return node.serve(signals);
+}
+
+}  // namespace nsbox

@@ -1,0 +1,330 @@
+#include "nsbox/node_config.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "profile_yaml.h"
+
+namespace nsbox {
+namespace {
+
+using profile_yaml::Field;
+using profile_yaml::MapReader;
+using std::chrono::milliseconds;
+
+constexpr size_t kMinTokenLength = 16;
+constexpr size_t kMaxTokenLength = 4096;
+constexpr uint32_t kMaxConcurrent = 4096;
+constexpr uint32_t kMaxQueue = 65536;
+constexpr size_t kMaxTenantNameLength = 64;
+
+struct SchemaSection {
+  std::string_view path;
+  std::vector<std::string_view> keys;
+};
+
+// The one description of which keys each map accepts.
+const std::vector<SchemaSection>& schema() {
+  static const std::vector<SchemaSection> sections = {
+      {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors",
+            "cgroup_parent"}},
+      {"listeners[]", {"address", "language", "tenant"}},
+      {"tenants[]", {"name", "token", "token_file", "profile"}},
+      {"limits", {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "grace_period"}},
+      {"cors", {"allow_origins"}},
+  };
+  return sections;
+}
+
+const std::vector<std::string_view>& keys_of(std::string_view section) {
+  for (const auto& s : schema()) {
+    if (s.path == section) return s.keys;
+  }
+  throw std::logic_error("no node config section " + std::string(section));
+}
+
+uint32_t online_cpus() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<uint32_t>(n) : 1;
+}
+
+bool is_valid_tenant_name(const std::string& name) {
+  return is_valid_profile_name(name) && name.size() <= kMaxTenantNameLength;
+}
+
+// Tokens travel in an HTTP header: visible ASCII only, long enough not to be
+// guessed.
+std::string check_token(const Field& at, std::string token) {
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength)
+    at.fail("a token must have 16 to 4096 characters, this one has " + std::to_string(token.size()));
+  for (char c : token) {
+    if (c <= 0x20 || c >= 0x7f) at.fail("a token may only contain visible ASCII characters");
+  }
+  return token;
+}
+
+// A token file holds a secret: it must be a regular file nobody but its
+// owner can read or write.
+std::string read_token_file(const Field& at, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    at.fail("cannot read token file " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) at.fail("token file " + path + " is not a regular file");
+  if (st.st_mode & (S_IRWXG | S_IRWXO))
+    at.fail("token file " + path + " is accessible to group or others (mode " +
+            std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+            std::to_string(st.st_mode & 7) + "); chmod 600 it");
+  try {
+    return check_token(at, profile_yaml::read_file(path));
+  } catch (const ProfileError& e) {
+    at.fail(e.message());
+  }
+}
+
+std::string relative_to(const std::string& dir, const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  return (std::filesystem::path(dir) / path).lexically_normal().string();
+}
+
+bool is_profile_path(const std::string& ref) {
+  return ref.find('/') != std::string::npos ||
+         (ref.size() >= 5 && ref.compare(ref.size() - 5, 5, ".yaml") == 0);
+}
+
+Profile load_tenant_profile(const Field& at, const std::string& ref, const std::string& dir,
+                            const ProfileSearch& search) {
+  try {
+    if (is_profile_path(ref)) return load_profile_file(relative_to(dir, ref), search);
+    return load_profile(ref, search);
+  } catch (const ProfileError& e) {
+    at.fail("profile " + ref + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    at.fail(e.what());
+  }
+}
+
+void finish_tenant(TenantConfig& t) { t.profile_yaml = to_yaml(t.profile); }
+
+ListenerConfig read_listener(const Field& f) {
+  MapReader map(f, keys_of("listeners[]"));
+  auto address = map.get("address");
+  if (!address) f.fail("missing key 'address' (e.g. 127.0.0.1:8080)");
+  ListenerConfig l;
+  try {
+    l = parse_listen_address(address->text());
+  } catch (const std::invalid_argument& e) {
+    address->fail(e.what());
+  }
+  if (auto lang = map.get("language")) {
+    auto parsed = parse_language(lang->text());
+    if (!parsed) lang->fail("unknown language \"" + lang->text() + "\" (python or javascript)");
+    l.language = parsed;
+  }
+  if (auto tenant = map.get("tenant")) l.tenant = tenant->text();
+  return l;
+}
+
+TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSearch& search) {
+  MapReader map(f, keys_of("tenants[]"));
+  TenantConfig t;
+  auto name = map.get("name");
+  if (!name) f.fail("missing key 'name'");
+  t.name = name->text();
+  if (!is_valid_tenant_name(t.name))
+    name->fail("\"" + t.name + "\" is not a valid tenant name: use lowercase letters, digits, "
+               "'.', '_' and '-', starting with a letter or digit, at most 64 characters");
+  auto token = map.get("token");
+  auto token_file = map.get("token_file");
+  if (token && token_file) token_file->fail("give either token or token_file, not both");
+  if (token) t.token = check_token(*token, token->text());
+  if (token_file) t.token = read_token_file(*token_file, relative_to(dir, token_file->text()));
+  auto profile = map.get("profile");
+  if (!profile) f.fail("missing key 'profile': the profile tenant " + t.name + " runs under");
+  t.profile_ref = profile->text();
+  t.profile = load_tenant_profile(*profile, t.profile_ref, dir, search);
+  finish_tenant(t);
+  return t;
+}
+
+void read_limits(const Field& f, NodeConfig& c) {
+  MapReader map(f, keys_of("limits"));
+  if (auto v = map.get("max_concurrent")) c.max_concurrent = static_cast<uint32_t>(v->integer(1, kMaxConcurrent));
+  if (auto v = map.get("queue_depth")) c.queue_depth = static_cast<uint32_t>(v->integer(0, kMaxQueue));
+  if (auto v = map.get("body_limit")) c.body_limit = v->size(1024, 1ull << 30);
+  if (auto v = map.get("client_timeout")) c.client_timeout = v->duration(milliseconds(100), milliseconds(600000));
+  if (auto v = map.get("grace_period")) c.grace_period = v->duration(milliseconds(0), milliseconds(3600000));
+}
+
+std::string read_log_level(const Field& f) {
+  static const std::vector<std::string> kLevels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  std::string level = f.text();
+  if (std::find(kLevels.begin(), kLevels.end(), level) == kLevels.end())
+    f.fail("unknown log level \"" + level + "\" (trace, debug, info, warn, error, critical, off)");
+  return level;
+}
+
+// An origin as browsers send it: scheme://host[:port], nothing after.
+std::string read_origin(const Field& f) {
+  std::string o = f.text();
+  bool scheme = o.rfind("http://", 0) == 0 || o.rfind("https://", 0) == 0;
+  size_t host = o.find("://") + 3;
+  if (!scheme || o.size() <= host || o.find('/', host) != std::string::npos ||
+      o.find_first_of(" \t*") != std::string::npos)
+    f.fail("\"" + o + "\" is not an origin like https://app.example.com (no path, no wildcard)");
+  return o;
+}
+
+void check_references(const Field& top, const NodeConfig& c) {
+  std::set<std::string> names, tokens, addresses;
+  for (const auto& t : c.tenants) {
+    if (!names.insert(t.name).second) top.fail("tenant " + t.name + " is defined twice");
+    if (!t.token.empty() && !tokens.insert(t.token).second)
+      top.fail("tenant " + t.name + " has the same token as another tenant");
+  }
+  if (!c.default_tenant.empty() && !c.tenant(c.default_tenant))
+    top.fail("default_tenant " + c.default_tenant + " is not one of the tenants");
+  for (const auto& l : c.listeners) {
+    if (!addresses.insert(l.address()).second) top.fail("listener " + l.address() + " is defined twice");
+    if (!l.tenant.empty() && !c.tenant(l.tenant))
+      top.fail("listener " + l.address() + ": tenant " + l.tenant + " is not one of the tenants");
+  }
+}
+
+}  // namespace
+
+std::string ListenerConfig::address() const {
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return h + ":" + std::to_string(port);
+}
+
+ListenerConfig parse_listen_address(const std::string& text) {
+  const std::string usage = "\"" + text + "\" is not ADDRESS:PORT with an IP address (127.0.0.1:8080, [::1]:8080)";
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw std::invalid_argument(usage);
+  std::string host = text.substr(0, colon);
+  if (host.front() == '[') {
+    if (host.back() != ']') throw std::invalid_argument(usage);
+    host = host.substr(1, host.size() - 2);
+  }
+  unsigned char buf[16];
+  if (::inet_pton(AF_INET, host.c_str(), buf) != 1 && ::inet_pton(AF_INET6, host.c_str(), buf) != 1)
+    throw std::invalid_argument(usage);
+  int port = 0;
+  std::string_view p(text.c_str() + colon + 1);
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+  if (ec != std::errc() || end != p.data() + p.size() || port < 1 || port > 65535)
+    throw std::invalid_argument(usage + ": the port must be 1-65535");
+  ListenerConfig l;
+  l.host = host;
+  l.port = port;
+  return l;
+}
+
+const TenantConfig* NodeConfig::tenant(const std::string& name) const {
+  for (const auto& t : tenants) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  // Length is not secret (tokens have a known minimum); the content is.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::string& ref = a.size() == b.size() ? b : a;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ ref[i]);
+  return diff == 0;
+}
+
+const TenantConfig* NodeConfig::tenant_for_token(const std::string& token) const {
+  const TenantConfig* found = nullptr;
+  // Every tenant is compared, so the time taken does not say which matched.
+  for (const auto& t : tenants) {
+    if (!t.token.empty() && constant_time_equal(token, t.token) && !found) found = &t;
+  }
+  return found;
+}
+
+const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener) const {
+  const std::string& name = listener.tenant.empty() ? default_tenant : listener.tenant;
+  return name.empty() ? nullptr : tenant(name);
+}
+
+NodeConfig load_node_config_text(const std::string& text, const std::string& file,
+                                 const ProfileSearch& search) {
+  YAML::Node root = profile_yaml::parse_document(file, text);
+  if (!root.IsMap())
+    profile_yaml::fail(file, root.Mark(), "the top level must be a map of node settings, got " +
+                                              profile_yaml::describe(root));
+  Field top(file, "", root, root.Mark());
+  MapReader map(top, keys_of(""));
+  const std::string dir = std::filesystem::path(file).parent_path().string();
+  NodeConfig c;
+  c.source = file;
+  c.max_concurrent = online_cpus();
+  c.queue_depth = 4 * c.max_concurrent;
+  if (auto v = map.get("listeners")) {
+    for (const auto& item : v->items()) c.listeners.push_back(read_listener(item));
+    if (c.listeners.empty()) v->fail("at least one listener is needed");
+  } else {
+    c.listeners.push_back(ListenerConfig{});
+  }
+  auto tenants = map.get("tenants");
+  if (!tenants) top.fail("missing key 'tenants': at least one tenant with a profile");
+  for (const auto& item : tenants->items()) c.tenants.push_back(read_tenant(item, dir, search));
+  if (c.tenants.empty()) tenants->fail("at least one tenant is needed");
+  if (auto v = map.get("default_tenant")) c.default_tenant = v->text();
+  if (auto v = map.get("limits")) read_limits(*v, c);
+  if (auto v = map.get("audit_log")) c.audit_log = relative_to(dir, v->text());
+  if (auto v = map.get("log_level")) c.log_level = read_log_level(*v);
+  if (auto v = map.get("cors")) {
+    MapReader cors(*v, keys_of("cors"));
+    if (auto origins = cors.get("allow_origins")) {
+      for (const auto& o : origins->items()) c.cors_origins.push_back(read_origin(o));
+    }
+  }
+  if (auto v = map.get("cgroup_parent")) c.cgroup_parent = v->absolute_path();
+  check_references(top, c);
+  return c;
+}
+
+NodeConfig load_node_config(const std::string& path, const ProfileSearch& search) {
+  return load_node_config_text(profile_yaml::read_file(path), path, search);
+}
+
+NodeConfig builtin_node_config(const ProfileSearch& search) {
+  NodeConfig c;
+  c.source = "<built-in>";
+  c.listeners.push_back(ListenerConfig{});
+  c.max_concurrent = online_cpus();
+  c.queue_depth = 4 * c.max_concurrent;
+  TenantConfig t;
+  t.name = "default";
+  t.profile_ref = "default";
+  t.profile = load_profile("default", search);
+  finish_tenant(t);
+  c.tenants.push_back(std::move(t));
+  c.default_tenant = "default";
+  return c;
+}
+
+const std::vector<std::string>& node_config_schema_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const auto& s : schema()) {
+      for (auto k : s.keys)
+        out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
+    }
+    return out;
+  }();
+  return keys;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,89 @@
+// nsbox-serve: the HTTP node, started as `nsbox serve` (the nsbox CLI execs
+// it). A program of its own because it links cpp-httplib and a shared C++
+// runtime, which the launcher binary avoids to start fast.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "nsbox/error.h"
+#include "nsbox/node.h"
+
+namespace {
+
+constexpr int kUsageExit = 2;
+
+std::string exe_dir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : p.parent_path().string();
+}
+
+void ensure_stdio_open() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0) {
+      int null_fd = ::open("/dev/null", O_RDWR);
+      if (null_fd >= 0 && null_fd != fd) ::dup2(null_fd, fd), ::close(null_fd);
+    }
+  }
+}
+
+void print_summary(const nsbox::NodeConfig& c) {
+  std::cout << "config " << c.source << ": ok\n";
+  for (const auto& l : c.listeners) {
+    std::cout << "  listener " << l.address();
+    if (l.language) std::cout << " language=" << nsbox::to_string(*l.language);
+    const auto* t = c.anonymous_tenant(l);
+    std::cout << " anonymous=" << (t ? t->name : std::string("refused (token required)")) << "\n";
+  }
+  for (const auto& t : c.tenants)
+    std::cout << "  tenant " << t.name << " profile=" << t.profile.name
+              << " token=" << (t.token.empty() ? "none" : "set") << "\n";
+  std::cout << "  max_concurrent " << c.max_concurrent << ", queue_depth " << c.queue_depth << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_stdio_open();
+  CLI::App app{"nsbox serve: the sandbox node (HTTP API compatible with the platform's /run)"};
+  app.name("nsbox serve");
+  std::string config_path;
+  std::string listen;
+  bool check = false;
+  app.add_option("--config", config_path, "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080");
+  app.add_option("--listen", listen, "Listen on ADDR:PORT only (replaces the config's listeners)");
+  app.add_flag("--check", check, "Validate the config and its profiles, print a summary and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto logger = spdlog::stderr_logger_mt("nsbox");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  spdlog::set_default_logger(logger);
+  nsbox::NodeOptions options;
+  options.config_path = config_path;
+  if (!listen.empty()) options.listen = listen;
+  options.search = nsbox::default_profile_search(exe_dir());
+  try {
+    if (check) {
+      print_summary(nsbox::load_node_config(options));
+      return 0;
+    }
+    return nsbox::run_node(options);
+  } catch (const nsbox::ProfileError& e) {
+    std::cerr << "nsbox serve: " << e.what() << std::endl;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "nsbox serve: --listen: " << e.what() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "nsbox serve: " << e.what() << std::endl;
+    return 1;
+  }
+  return kUsageExit;
+}

@@ -1,0 +1,350 @@
+#include "nsbox/spawner.h"
+
+#include <openssl/evp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "nsbox/error.h"
+#include "nsbox/io.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/profile_loader.h"
+#include "nsbox/units.h"
+
+namespace nsbox {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr char kReady = 'R';
+constexpr char kFailed = 'E';
+constexpr char kJob = 'J';
+// A job is at most the body limit (1 GiB max) plus its profile.
+constexpr uint64_t kMaxJobBytes = (1ull << 30) + (1ull << 20);
+
+void send_all(int fd, const char* data, size_t size, const char* step) {
+  while (size > 0) {
+    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw SysError(step, "job socket", errno);
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void send_fd(int control, int fd) {
+  char tag = kJob;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = buf;
+  msg.msg_controllen = sizeof buf;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  while (::sendmsg(control, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) throw SysError("send job to spawner", "control socket", errno);
+  }
+}
+
+// One message from the control socket: the job's fd, or -1 at EOF.
+int receive_fd(int control) {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = buf;
+  msg.msg_controllen = sizeof buf;
+  ssize_t n;
+  do n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (tag != kJob || !c || c->cmsg_type != SCM_RIGHTS) return -2;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
+}
+
+std::string base64(const std::string& data) {
+  std::string out(4 * ((data.size() + 2) / 3) + 1, '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(data.data()), static_cast<int>(data.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// A directory for one run's artifacts, removed with everything in it.
+class ArtifactsDir {
+ public:
+  ArtifactsDir() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/nsbox-artifacts-XXXXXX";
+    if (!::mkdtemp(pattern.data())) throw SysError("mkdtemp", pattern, errno);
+    path_ = pattern;
+  }
+  ~ArtifactsDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ArtifactsDir(const ArtifactsDir&) = delete;
+  ArtifactsDir& operator=(const ArtifactsDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+json encode_job(const Job& job) {
+  json j;
+  j["run_id"] = job.run_id;
+  j["profile_name"] = job.profile_name;
+  j["profile_yaml"] = job.profile_yaml;
+  j["language"] = to_string(job.request.exec.language);
+  j["code"] = job.request.exec.code;
+  j["inputs"] = job.request.exec.inputs;
+  if (job.request.timeout) j["timeout_ms"] = job.request.timeout->count();
+  return j;
+}
+
+Job decode_job(const std::string& text) {
+  json j = json::parse(text);
+  Job job;
+  job.run_id = j.at("run_id").get<std::string>();
+  job.profile_name = j.at("profile_name").get<std::string>();
+  job.profile_yaml = j.at("profile_yaml").get<std::string>();
+  job.request.exec.language = *parse_language(j.at("language").get<std::string>());
+  job.request.exec.code = j.at("code").get<std::string>();
+  job.request.exec.inputs = j.at("inputs");
+  if (j.contains("timeout_ms")) job.request.timeout = std::chrono::milliseconds(j["timeout_ms"].get<int64_t>());
+  return job;
+}
+
+json failure_result(const std::string& message) {
+  return json{{"return", nullptr}, {"error", message}, {"status", "error"}, {"error_type", "sandbox"}};
+}
+
+std::string read_job(int fd) {
+  uint64_t size = 0;
+  if (read_full(fd, &size, sizeof size) != sizeof size || size > kMaxJobBytes)
+    throw SysError("read job", "job socket", EPROTO);
+  std::string text(size, '\0');
+  if (read_full(fd, text.data(), size) != size) throw SysError("read job", "job socket", EPROTO);
+  return text;
+}
+
+// A forked worker: one job, one sandbox, then _exit. It shares nothing with
+// the other workers but the spawner's read-only state.
+[[noreturn]] void worker_main(const Launcher& launcher, int job_fd) {
+  ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
+  json result;
+  try {
+    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd);
+  } catch (const std::exception& e) {
+    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+  }
+  std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
+  try {
+    send_all(job_fd, text.data(), text.size(), "send result");
+  } catch (const SysError&) {
+    // The server went away; nothing is left to tell.
+  }
+  ::_exit(0);
+}
+
+void ignore_terminal_signals() {
+  // The server decides when runs end: a Ctrl-C meant for it must not kill
+  // the spawner or a worker mid-cleanup.
+  ::setpgid(0, 0);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);
+}
+
+void reap(std::set<pid_t>& workers) {
+  int status;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) workers.erase(pid);
+}
+
+[[noreturn]] void spawner_main(const LauncherOptions& options, UniqueFd control) {
+  ::prctl(PR_SET_NAME, "nsbox-spawner", 0, 0, 0);
+  ignore_terminal_signals();
+  std::optional<Launcher> launcher;
+  try {
+    launcher.emplace(options);
+  } catch (const std::exception& e) {
+    std::string msg = kFailed + std::string(e.what());
+    ::send(control.get(), msg.data(), msg.size(), MSG_NOSIGNAL);
+    ::_exit(1);
+  }
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, &old);
+  UniqueFd sfd(::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+  ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
+  std::set<pid_t> workers;
+  bool closing = false;
+  while (!closing || !workers.empty()) {
+    pollfd fds[2] = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) ::_exit(1);
+    if (fds[0].revents) {
+      signalfd_siginfo info;
+      while (::read(sfd.get(), &info, sizeof info) > 0) {
+      }
+      reap(workers);
+    }
+    if (!fds[1].revents) continue;
+    int job_fd = receive_fd(control.get());
+    if (job_fd == -1) {
+      closing = true;  // the server is gone or done: finish the runs, then exit
+      continue;
+    }
+    if (job_fd < 0) continue;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      control.reset();
+      sfd.reset();
+      ::sigprocmask(SIG_SETMASK, &old, nullptr);
+      worker_main(*launcher, job_fd);
+    }
+    // On fork failure closing the job fd tells the server.
+    if (pid > 0) workers.insert(pid);
+    ::close(job_fd);
+  }
+  ::_exit(0);
+}
+
+}  // namespace
+
+Spawner Spawner::start(const LauncherOptions& options) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    throw SysError("socketpair", "spawner control", errno);
+  UniqueFd parent(sv[0]), child(sv[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) throw SysError("fork", "spawner", errno);
+  if (pid == 0) {
+    parent.reset();
+    spawner_main(options, std::move(child));
+  }
+  child.reset();
+  Spawner s(pid, std::move(parent));
+  char buf[4096];
+  ssize_t n;
+  do n = ::recv(s.control_.get(), buf, sizeof buf, 0);
+  while (n < 0 && errno == EINTR);
+  if (n == 1 && buf[0] == kReady) return s;
+  if (n > 1 && buf[0] == kFailed) throw UsageError("the spawner could not start: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
+  throw SysError("start", "spawner", n < 0 ? errno : EPIPE);
+}
+
+Spawner::~Spawner() {
+  if (pid_ <= 0) return;
+  control_.reset();
+  int status;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+JobResult Spawner::run(const Job& job, int cancel_fd) const {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw SysError("socketpair", "job", errno);
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  {
+    std::lock_guard<std::mutex> lock(*send_mutex_);
+    send_fd(control_.get(), theirs.get());
+  }
+  theirs.reset();
+  std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
+  uint64_t size = text.size();
+  send_all(mine.get(), reinterpret_cast<const char*>(&size), sizeof size, "send job");
+  send_all(mine.get(), text.data(), text.size(), "send job");
+  std::string answer;
+  bool cancelled = false;
+  char buf[65536];
+  for (;;) {
+    pollfd fds[2] = {{mine.get(), POLLIN, 0}, {cancelled ? -1 : cancel_fd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw SysError("poll", "job socket", errno);
+    }
+    if (fds[1].revents) {
+      // Half-close: the worker's cancel fd turns readable, it tears the
+      // sandbox down and still answers.
+      ::shutdown(mine.get(), SHUT_WR);
+      cancelled = true;
+    }
+    if (!fds[0].revents) continue;
+    ssize_t n = ::read(mine.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw SysError("read result", "job socket", errno);
+    if (n == 0) break;
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  auto result = json::parse(answer, nullptr, false);
+  if (result.is_discarded() || !result.is_object())
+    return failure_result("The sandbox worker ended without a result");
+  return result;
+}
+
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd) {
+  Profile profile = load_profile_text(job.profile_yaml, job.profile_name, ProfileSearch{});
+  RunSpec spec = spec_from_profile(profile);
+  std::optional<std::string> clamp_warning;
+  if (job.request.timeout) {
+    if (*job.request.timeout <= spec.limits.wall_time || spec.limits.wall_time.count() == 0) {
+      spec.limits.wall_time = *job.request.timeout;
+    } else {
+      clamp_warning = "timeout " + format_duration(*job.request.timeout) + " exceeds the profile's limits.wall_time of " +
+                      format_duration(spec.limits.wall_time) + "; " + format_duration(spec.limits.wall_time) + " applied";
+    }
+  }
+  std::optional<ArtifactsDir> artifacts;
+  if (spec.workspace) {
+    artifacts.emplace();
+    spec.workspace->artifacts_dir = artifacts->path() + "/out";
+  }
+  ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
+  json j = to_json(outcome);
+  j["run_id"] = job.run_id;
+  j["profile"] = profile.name;
+  j["language"] = to_string(job.request.exec.language);
+  j["exit_code"] = outcome.run.exit_code;
+  j["signal"] = outcome.run.signal ? json(*outcome.run.signal) : json(nullptr);
+  j["limits"] = {{"wall_ms", spec.limits.wall_time.count()},
+                 {"cpu_ms", spec.limits.cpu_time.count()},
+                 {"memory_bytes", spec.limits.cgroup.memory_bytes},
+                 {"pids", spec.limits.cgroup.pids}};
+  if (clamp_warning) j["warnings"].push_back(*clamp_warning);
+  j["artifacts"] = json::array();
+  for (const auto& a : outcome.run.artifacts) {
+    json item = {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}};
+    if (artifacts) item["content_base64"] = base64(read_file_bytes(artifacts->path() + "/out/" + a.name));
+    j["artifacts"].push_back(std::move(item));
+  }
+  j["artifacts_refused"] = outcome.run.artifacts_refused;
+  return j;
+}
+
+}  // namespace nsbox

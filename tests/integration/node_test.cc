@@ -1,0 +1,655 @@
+// `nsbox serve`: a real node started by the test on 127.0.0.1, driven by a
+// real HTTP client, running real sandboxes.
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "fixture.h"
+
+namespace nsbox::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const std::string kDocumentedCode =
+    "class Args:\n    def __init__(self, inputs):\n        self.num = inputs.get(\"num\", 0)\n"
+    "def main(args):\n    return args.num * 2";
+const std::string kDocumentedJs =
+    "class Args {\n  constructor(inputs) { this.num = inputs.num ?? 0; }\n}\n"
+    "function main(args) {\n  return args.num * 2;\n}";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> dir_entries(const std::string& path) {
+  std::set<std::string> out;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") out.insert(n);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::istringstream in(slurp("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children"));
+  for (pid_t p; in >> p;) out.push_back(p);
+  return out;
+}
+
+std::string sha256_hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
+  std::string out;
+  char buf[3];
+  for (unsigned i = 0; i < n; ++i) {
+    std::snprintf(buf, sizeof buf, "%02x", md[i]);
+    out += buf;
+  }
+  return out;
+}
+
+// A node process on 127.0.0.1 with its own TMPDIR (so its workspaces and
+// artifacts can be checked for leaks) and its log in a file.
+class NodeProcess {
+ public:
+  // config: the node config's text without listeners (added here), or "" for
+  // the built-in config with --listen.
+  explicit NodeProcess(const std::string& config_body = "", const std::string& extra_listeners = "")
+      : port_(free_port()) {
+    tmp_ = dir_.path() + "/tmp";
+    ::mkdir(tmp_.c_str(), 0755);
+    log_ = dir_.path() + "/node.log";
+    std::vector<std::string> args = {NSBOX_BINARY, "serve"};
+    if (config_body.empty()) {
+      args.push_back("--listen");
+      args.push_back("127.0.0.1:" + std::to_string(port_));
+    } else {
+      write_config(config_body, extra_listeners);
+      args.push_back("--config");
+      args.push_back(config_path());
+    }
+    start(args);
+  }
+  ~NodeProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      wait_exit();
+    }
+  }
+
+  void write_config(const std::string& body, const std::string& extra_listeners = "") const {
+    std::ofstream(config_path()) << "listeners:\n  - address: 127.0.0.1:" << port_ << "\n"
+                                 << extra_listeners << body;
+  }
+  std::string config_path() const { return dir_.path() + "/node.yaml"; }
+  const std::string& dir() const { return dir_.path(); }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& tmp() const { return tmp_; }
+  std::string log() const { return slurp(log_); }
+
+  httplib::Client client(int port = 0) const {
+    httplib::Client c("127.0.0.1", port ? port : port_);
+    c.set_read_timeout(120, 0);
+    c.set_connection_timeout(5, 0);
+    return c;
+  }
+
+  bool ready() const {
+    for (int i = 0; i < 300; ++i) {
+      if (auto r = client().Get("/health"); r && r->status == 200) return true;
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) return false;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  // Sends sig and returns the exit code (128+signal when killed).
+  int stop(int sig = SIGTERM) {
+    ::kill(pid_, sig);
+    return wait_exit();
+  }
+  int wait_exit() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  void start(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setenv("TMPDIR", tmp_.c_str(), 1);
+      ::execv(argv[0], argv.data());
+      ::_exit(126);
+    }
+  }
+
+  TempDir dir_;
+  int port_;
+  pid_t pid_ = -1;
+  std::string tmp_;
+  std::string log_;
+};
+
+std::string request(const std::string& code, const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object(),
+                    double timeout = 0, const std::string& language = "") {
+  nlohmann::ordered_json j = {{"code", code}, {"inputs", inputs}};
+  if (timeout > 0) j["timeout"] = timeout;
+  if (!language.empty()) j["language"] = language;
+  return j.dump();
+}
+
+httplib::Result post(const httplib::Client& c, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+  return const_cast<httplib::Client&>(c).Post(path.c_str(), headers, body, "application/json");
+}
+
+class Node : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
+  NodeProcess node_;
+};
+
+TEST_F(Node, DocumentedPythonRequestGetsExactlyThePlatformsAnswer) {
+  auto r = post(node_.client(), "/run",
+                json{{"code", kDocumentedCode}, {"inputs", {{"num", 10}}}, {"timeout", 5}}.dump());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "{\"return\": 20, \"error\": null}");
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->get_header_value("X-Nsbox-Run-Id").size(), 32u);
+}
+
+TEST_F(Node, DocumentedJavaScriptRequestGetsExactlyThePlatformsAnswer) {
+  auto r = post(node_.client(), "/run", request(kDocumentedJs, {{"num", 10}}, 5, "javascript"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "{\"return\": 20, \"error\": null}");
+}
+
+TEST_F(Node, ReturnValuesKeepTheirOrderAndPythonSpacing) {
+  auto r = post(node_.client(), "/run", request("def main(args):\n    return {'b': [1, 2], 'a': args.params}", {{"z", 1}, {"y", 2}}));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": {\"b\": [1, 2], \"a\": {\"z\": 1, \"y\": 2}}, \"error\": null}");
+}
+
+TEST_F(Node, UserErrorsAndTimeoutsAreHttp200WithTheError) {
+  auto c = node_.client();
+  auto r = post(c, "/run", request("def main(args):\n    return 1 / 0"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto j = json::parse(r->body);
+  EXPECT_TRUE(j["return"].is_null());
+  EXPECT_NE(j["error"].get<std::string>().find("ZeroDivisionError: division by zero"), std::string::npos) << r->body;
+
+  r = post(c, "/run", request("def main(args):\n    while True: pass", nlohmann::ordered_json::object(), 1));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"Execution timed out (> 1 seconds).\"}");
+}
+
+TEST_F(Node, MalformedRequestsAre400WithWhatIsWrong) {
+  auto c = node_.client();
+  struct Case {
+    std::string body;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"not json", "request body is not valid JSON"},
+      {"[1, 2]", "request body must be a JSON object"},
+      {R"({"code": 5})", "\"code\" must be a string"},
+      {R"({"code": "def main(a): return 1", "inputs": [1]})", "\"inputs\" must be a JSON object"},
+      {R"({"code": "def main(a): return 1", "timeout": "5"})", "\"timeout\" must be a number of seconds"},
+      {R"({"code": "def main(a): return 1", "timeout": -1})", "\"timeout\" must be more than 0"},
+      {R"({"code": "def main(a): return 1", "language": 7})", "\"language\" must be a string"},
+  };
+  for (const auto& tc : cases) {
+    auto r = post(c, "/run", tc.body);
+    ASSERT_TRUE(r) << tc.body;
+    EXPECT_EQ(r->status, 400) << tc.body;
+    auto j = json::parse(r->body);
+    EXPECT_TRUE(j["return"].is_null());
+    EXPECT_NE(j["error"].get<std::string>().find(tc.error), std::string::npos) << tc.body << " -> " << r->body;
+  }
+  auto r = post(c, "/run", R"({"code": "x", "language": "ruby"})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "{\"output\": {\"return\": null, \"error\": \"Unsupported language: ruby\"}}");
+  r = post(c, "/run", R"({"code": "", "inputs": {}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"No code provided.\"}");
+  r = post(c, "/run", R"({"inputs": {}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"No code provided.\"}");
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->body, "{\"status\": \"ok\"}");
+  auto missing = c.Get("/nope");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_NE(missing->body.find("not found"), std::string::npos);
+}
+
+TEST_F(Node, NativeApiReturnsTheFullResult) {
+  auto r = post(node_.client(), "/v1/runs",
+                request("import sys\ndef main(args):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 7"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto j = json::parse(r->body);
+  EXPECT_EQ(j["return"], 7);
+  EXPECT_EQ(j["status"], "ok");
+  EXPECT_EQ(j["stdout"], "to stdout\n");
+  EXPECT_EQ(j["stderr"], "to stderr\n");
+  EXPECT_GT(j["usage"]["wall_ms"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["limits_hit"].is_array());
+  EXPECT_TRUE(j["artifacts"].is_array());
+  EXPECT_EQ(j["run_id"], r->get_header_value("X-Nsbox-Run-Id"));
+  EXPECT_EQ(j["tenant"], "default");
+  EXPECT_EQ(j["limits"]["wall_ms"], 30000);
+}
+
+TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {
+  auto r = post(node_.client(), "/v1/runs", request("def main(args):\n    return 1", nlohmann::ordered_json::object(), 3600));
+  ASSERT_TRUE(r);
+  auto j = json::parse(r->body);
+  EXPECT_EQ(j["limits"]["wall_ms"], 30000) << "a request may not loosen the profile's 30 s";
+  EXPECT_NE(j["warnings"].dump().find("exceeds the profile's limits.wall_time of 30s"), std::string::npos) << r->body;
+  r = post(node_.client(), "/v1/runs", request("def main(args):\n    return 1", nlohmann::ordered_json::object(), 2.5));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["limits"]["wall_ms"], 2500);
+}
+
+TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
+  // Announce 64 MiB, send only the headers: the answer must come anyway.
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"code\": \"";
+  ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  // The answer must come at once, not after a read timeout (10 s here).
+  timeval tv{5, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
+  EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
+            std::string::npos)
+      << answer;
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(Node, MetricsCountRunsAndRejections) {
+  auto c = node_.client();
+  post(c, "/run", request("def main(args):\n    return 1"));
+  post(c, "/run", "not json");
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("nsbox_rejected_requests_total{reason=\"bad_request\"} 1\n"), std::string::npos);
+  EXPECT_NE(r->body.find("nsbox_run_duration_seconds_count{language=\"python\"} 1\n"), std::string::npos);
+  EXPECT_NE(r->body.find("nsbox_sandboxes_running 0\n"), std::string::npos);
+  EXPECT_NE(r->body.find("nsbox_queue_depth 0\n"), std::string::npos);
+}
+
+TEST_F(Node, SigtermDuringALongRunLetsItFinishAndExitsZero) {
+  std::string body;
+  std::thread client([&] {
+    auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(2)\n    return 'done'"));
+    if (r) body = r->body;
+  });
+  // Wait until the sandbox runs, then stop the node.
+  for (int i = 0; i < 200; ++i) {
+    auto m = node_.client().Get("/metrics");
+    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  const int code = node_.stop(SIGTERM);
+  client.join();
+  EXPECT_EQ(code, 0) << node_.log();
+  EXPECT_EQ(body, "{\"return\": \"done\", \"error\": null}");
+  EXPECT_FALSE(node_.client().Get("/health")) << "still accepting after SIGTERM";
+  EXPECT_TRUE(dir_entries(node_.tmp()).empty()) << "a workspace or artifacts dir remained";
+}
+
+const char* kTenantConfig = R"(tenants:
+  - name: acme
+    token: acme-token-0123456789abcdef
+    profile: default
+  - name: public
+    profile: default
+limits:
+  max_concurrent: 1
+  queue_depth: 0
+  grace_period: 1s
+audit_log: audit.log
+cors:
+  allow_origins: [https://studio.example.com]
+)";
+
+class NodeWithTenants : public ::testing::Test {
+ protected:
+  NodeWithTenants() : node_(kTenantConfig) {}
+  void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
+  NodeProcess node_;
+};
+
+TEST_F(NodeWithTenants, TokensSelectTheTenantAndUnknownOnesAre401) {
+  auto c = node_.client();
+  const std::string body = request("def main(args):\n    return 'hi'");
+  auto r = post(c, "/run", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401) << "no default tenant: a token is required";
+  EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+  r = post(c, "/run", body, {{"Authorization", "Bearer wrong-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"unauthorized: unknown token\"}");
+  r = post(c, "/run", body, {{"Authorization", "Basic YWNtZTp4"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = post(c, "/v1/runs", body, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["tenant"], "acme");
+}
+
+TEST_F(NodeWithTenants, AuditLogHasOneLinePerRun) {
+  const std::string code = "def main(args):\n    return len(args.params['s'])";
+  auto r = post(node_.client(), "/run", request(code, {{"s", "abc"}}),
+                {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+  const std::string audit = slurp(node_.dir() + "/audit.log");
+  ASSERT_EQ(std::count(audit.begin(), audit.end(), '\n'), 1) << audit;
+  auto line = json::parse(audit);
+  EXPECT_EQ(line["run_id"], r->get_header_value("X-Nsbox-Run-Id"));
+  EXPECT_EQ(line["tenant"], "acme");
+  EXPECT_EQ(line["profile"], "default");
+  EXPECT_EQ(line["language"], "python");
+  EXPECT_EQ(line["code_sha256"], sha256_hex(code));
+  EXPECT_EQ(line["input_bytes"], json({{"s", "abc"}}).dump().size());
+  EXPECT_EQ(line["status"], "ok");
+  EXPECT_EQ(line["exit_code"], 0);
+  EXPECT_TRUE(line["cpu_ms"].is_number());
+  EXPECT_TRUE(line["limits_hit"].is_array());
+  EXPECT_NE(line["time"].get<std::string>().find('T'), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(::stat((node_.dir() + "/audit.log").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(node_.log().find("run " + line["run_id"].get<std::string>()), std::string::npos)
+      << "the operational log names the run id";
+}
+
+TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
+  const httplib::Headers auth = {{"Authorization", "Bearer acme-token-0123456789abcdef"}};
+  std::string first;
+  std::thread slow([&] {
+    auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 1"), auth);
+    if (r) first = r->body;
+  });
+  for (int i = 0; i < 200; ++i) {
+    auto m = node_.client().Get("/metrics");
+    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  auto r = post(node_.client(), "/run", request("def main(args):\n    return 2"), auth);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_NE(r->body.find("too many requests"), std::string::npos);
+  slow.join();
+  EXPECT_EQ(first, "{\"return\": 1, \"error\": null}");
+}
+
+TEST_F(NodeWithTenants, CorsOnlyForListedOrigins) {
+  auto c = node_.client();
+  auto r = c.Get("/health", {{"Origin", "https://studio.example.com"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://studio.example.com");
+  r = c.Get("/health", {{"Origin", "https://evil.example.net"}});
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+  r = c.Options("/run", {{"Origin", "https://studio.example.com"}, {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "GET, POST, OPTIONS");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "Content-Type, Authorization");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://studio.example.com");
+}
+
+TEST_F(NodeWithTenants, SigtermKillsRunsThatOutliveTheGracePeriod) {
+  std::string body;
+  std::thread client([&] {
+    auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(100)"),
+                  {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+    if (r) body = r->body;
+  });
+  for (int i = 0; i < 200; ++i) {
+    auto m = node_.client().Get("/metrics");
+    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const int code = node_.stop(SIGTERM);
+  client.join();
+  EXPECT_EQ(code, 0) << node_.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  EXPECT_EQ(body, "{\"return\": null, \"error\": \"Execution was killed by SIGKILL\"}");
+  EXPECT_NE(node_.log().find("grace period over: killing 1 sandboxes"), std::string::npos) << node_.log();
+  EXPECT_TRUE(dir_entries(node_.tmp()).empty());
+}
+
+TEST_F(NodeWithTenants, SighupWithABrokenConfigKeepsServingAndAGoodOneApplies) {
+  const httplib::Headers other = {{"Authorization", "Bearer other-token-0123456789abcdef"}};
+  const std::string body = request("def main(args):\n    return 5");
+  node_.write_config("tenants: [broken\n");
+  ::kill(node_.pid(), SIGHUP);
+  for (int i = 0; i < 100 && node_.log().find("reload of") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(node_.log().find("refused, the running config stays"), std::string::npos) << node_.log();
+  auto r = post(node_.client(), "/run", body, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 5, \"error\": null}");
+
+  node_.write_config(std::string(kTenantConfig) + "default_tenant: public\n");
+  ::kill(node_.pid(), SIGHUP);
+  for (int i = 0; i < 100 && node_.log().find("reloaded") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  r = post(node_.client(), "/run", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << "the reloaded default_tenant serves anonymous requests";
+  EXPECT_EQ(r->body, "{\"return\": 5, \"error\": null}");
+  r = post(node_.client(), "/run", body, other);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+}
+
+TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
+  const int js_port = free_port();
+  NodeProcess node("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n",
+                   "    language: python\n  - address: 127.0.0.1:" + std::to_string(js_port) +
+                       "\n    language: javascript\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  auto py = post(node.client(), "/run", request(kDocumentedCode, {{"num", 4}}));
+  ASSERT_TRUE(py);
+  EXPECT_EQ(py->body, "{\"return\": 8, \"error\": null}");
+  auto js = post(node.client(js_port), "/run", request(kDocumentedJs, {{"num", 4}}));
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->body, "{\"return\": 8, \"error\": null}");
+  auto wrong = post(node.client(js_port), "/run", request(kDocumentedCode, {{"num", 4}}, 0, "python"));
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->body, "{\"output\": {\"return\": null, \"error\": \"Unsupported language: python\"}}");
+}
+
+TEST(NodeListeners, ABrokenConfigIsRefusedAtStartWithItsPosition) {
+  TempDir dir;
+  std::string path = dir.write("node.yaml", "tenants:\n  - name: a\n    profile: default\n    tokn: x\n");
+  CliResult r = run_cli({"serve", "--config", path, "--check"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(path + ":4:5: unknown key 'tokn' in tenants[0] (did you mean 'token'?)"), std::string::npos)
+      << r.err;
+  r = run_cli({"serve", "--listen", "localhost:80", "--check"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is not ADDRESS:PORT with an IP address"), std::string::npos) << r.err;
+}
+
+class NodeUnderLoad : public ::testing::Test {
+ protected:
+  NodeUnderLoad()
+      : node_("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n"
+              "limits:\n  max_concurrent: 4\n  queue_depth: 8\n") {}
+  void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
+  NodeProcess node_;
+};
+
+TEST_F(NodeUnderLoad, SixtyFourParallelRequestsAreAnsweredCorrectlyOr429) {
+  constexpr int kClients = 64;
+  std::atomic<int> ok{0}, rejected{0}, wrong{0};
+  std::mutex mu;
+  std::vector<std::string> wrong_answers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = post(node_.client(), "/run", request(kDocumentedCode, {{"num", i}}));
+      if (r && r->status == 200 && r->body == "{\"return\": " + std::to_string(2 * i) + ", \"error\": null}")
+        ++ok;
+      else if (r && r->status == 429 && r->get_header_value("Retry-After") == "1")
+        ++rejected;
+      else {
+        ++wrong;
+        std::lock_guard<std::mutex> lock(mu);
+        wrong_answers.push_back(r ? std::to_string(r->status) + " " + r->body : httplib::to_string(r.error()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0) << (wrong_answers.empty() ? "" : wrong_answers[0]);
+  EXPECT_EQ(ok + rejected, kClients);
+  EXPECT_GE(ok, 12) << "at least max_concurrent + queue_depth are served";
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto m = node_.client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("nsbox_rejected_requests_total{reason=\"overload\"} " + std::to_string(rejected.load()) + "\n"),
+            std::string::npos);
+}
+
+// Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
+std::set<std::string> orphaned_run_cgroups() {
+  std::set<std::string> out;
+  const CgroupHost& host = launcher().cgroup_host();
+  std::vector<std::string> parents;
+  if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
+  for (const auto& [c, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
+  for (const auto& parent : parents) {
+    for (const auto& name : dir_entries(parent)) {
+      if (name.rfind("run-", 0) != 0) continue;
+      pid_t owner = std::atoi(name.c_str() + 4);
+      if (::kill(owner, 0) != 0) out.insert(parent + "/" + name);
+    }
+  }
+  return out;
+}
+
+TEST_F(NodeUnderLoad, FiveHundredRequestsLeaveNothingBehind) {
+  const int runs = in_vm_guest() ? 100 : 500;
+  // Warm up, then take the baseline of the node's own fds.
+  ASSERT_TRUE(post(node_.client(), "/run", request(kDocumentedCode, {{"num", 1}})));
+  const auto children = children_of(node_.pid());
+  ASSERT_EQ(children.size(), 1u) << "only the spawner";
+  const pid_t spawner = children[0];
+  const auto server_fds = dir_entries("/proc/" + std::to_string(node_.pid()) + "/fd");
+  const auto spawner_fds = dir_entries("/proc/" + std::to_string(spawner) + "/fd");
+  const auto orphans_before = orphaned_run_cgroups();
+  std::atomic<int> next{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      auto c = node_.client();
+      for (int i; (i = next++) < runs;) {
+        std::string code;
+        switch (i % 5) {
+          case 0: code = kDocumentedCode; break;
+          case 1: code = "def main(args):\n    raise ValueError('x')"; break;
+          case 2: code = "import os\ndef main(args):\n    os.system('sleep 1009 &')\n    return 1"; break;
+          case 3: code = "def main(args):\n    open('/tmp/f', 'w').write('x')\n    return 1"; break;
+          case 4: code = "import os\ndef main(args):\n    os._exit(3)"; break;
+        }
+        auto r = post(c, "/run", request(code, {{"num", i}}, i % 50 == 7 ? 0.2 : 0));
+        if (!r || r->status != 200) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  std::this_thread::sleep_for(200ms);  // let the last workers be reaped
+  EXPECT_EQ(children_of(node_.pid()), std::vector<pid_t>{spawner}) << "a worker or sandbox remains";
+  EXPECT_TRUE(children_of(spawner).empty()) << "a worker remains";
+  EXPECT_EQ(dir_entries("/proc/" + std::to_string(node_.pid()) + "/fd"), server_fds) << "the server leaked an fd";
+  EXPECT_EQ(dir_entries("/proc/" + std::to_string(spawner) + "/fd"), spawner_fds) << "the spawner leaked an fd";
+  EXPECT_TRUE(dir_entries(node_.tmp()).empty()) << "a workspace or artifacts dir remained";
+  EXPECT_EQ(slurp("/proc/self/mountinfo").find(node_.tmp()), std::string::npos) << "a mount remained";
+  std::set<std::string> orphans = orphaned_run_cgroups();
+  for (const auto& o : orphans_before) orphans.erase(o);
+  EXPECT_TRUE(orphans.empty()) << "a run cgroup remained: " << *orphans.begin();
+  EXPECT_TRUE(host_pids_with_cmdline("sleep 1009").empty()) << "a sandboxed process survived";
+  EXPECT_EQ(node_.stop(SIGTERM), 0);
+}
+
+}  // namespace
+}  // namespace nsbox::testing
