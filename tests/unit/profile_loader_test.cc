@@ -398,8 +398,8 @@ TEST(Search, DefaultSearchOrder) {
   ProfileSearch without = default_profile_search("");
   if (before) ::setenv("NSBOX_PROFILE_PATH", before->c_str(), 1);
   EXPECT_EQ(s.dirs, (std::vector<std::string>{"/a/profiles", "/b", "/etc/nsbox/profiles",
-                                              "/opt/nsbox/profiles"}));
-  EXPECT_EQ(without.dirs, std::vector<std::string>{"/etc/nsbox/profiles"});
+                                              NSBOX_DATADIR "/profiles", "/opt/nsbox/profiles"}));
+  EXPECT_EQ(without.dirs, (std::vector<std::string>{"/etc/nsbox/profiles", NSBOX_DATADIR "/profiles"}));
 }
 
 TEST(Search, BuildDirectoryFindsTheRepositoryProfiles) {

@@ -1,0 +1,309 @@
+// The node's pure parts: config loading, request decoding, answer encoding,
+// admission, metrics and audit records. No sockets, no sandboxes.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "nsbox/admission.h"
+#include "nsbox/api.h"
+#include "nsbox/audit.h"
+#include "nsbox/metrics.h"
+#include "nsbox/node_config.h"
+
+namespace nsbox {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+ProfileSearch repo_profiles() { return ProfileSearch{{std::string(NSBOX_SOURCE_DIR) + "/profiles"}}; }
+
+NodeConfig load(const std::string& text) { return load_node_config_text(text, "node.yaml", repo_profiles()); }
+
+std::string load_error(const std::string& text) {
+  try {
+    load(text);
+  } catch (const ProfileError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
+
+const char* kMinimal = "tenants:\n  - name: public\n    profile: default\n";
+
+TEST(NodeConfig, DefaultsForAMinimalConfig) {
+  NodeConfig c = load(kMinimal);
+  ASSERT_EQ(c.listeners.size(), 1u);
+  EXPECT_EQ(c.listeners[0].address(), "127.0.0.1:8080");
+  EXPECT_EQ(c.body_limit, 2u << 20);
+  EXPECT_GE(c.max_concurrent, 1u);
+  EXPECT_EQ(c.queue_depth, 4 * c.max_concurrent);
+  ASSERT_EQ(c.tenants.size(), 1u);
+  EXPECT_EQ(c.tenants[0].profile.name, "default");
+  EXPECT_FALSE(c.tenants[0].profile_yaml.empty());
+  EXPECT_EQ(c.anonymous_tenant(c.listeners[0]), nullptr) << "no default_tenant: tokens required";
+}
+
+TEST(NodeConfig, TheShippedExampleLoads) {
+  // Copied next to token files of its own: the example names tokens/<tenant>.
+  auto dir = std::filesystem::temp_directory_path() / ("nsbox-example-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "tokens");
+  std::filesystem::copy_file(std::string(NSBOX_SOURCE_DIR) + "/packaging/node.yaml", dir / "node.yaml");
+  for (const char* t : {"acme", "batch"}) {
+    std::ofstream(dir / "tokens" / t) << t << "-token-0123456789abcdef\n";
+    ::chmod((dir / "tokens" / t).c_str(), 0600);
+  }
+  NodeConfig c = load_node_config((dir / "node.yaml").string(), repo_profiles());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(c.listeners.size(), 3u);
+  EXPECT_EQ(c.listeners[0].language, Language::kPython);
+  EXPECT_EQ(c.anonymous_tenant(c.listeners[1])->name, "platform");
+  EXPECT_EQ(c.anonymous_tenant(c.listeners[2]), nullptr) << "8080 requires a token";
+  EXPECT_EQ(c.tenant_for_token("acme-token-0123456789abcdef")->profile.name, "python");
+}
+
+TEST(NodeConfig, ListenersTenantsAndTokens) {
+  NodeConfig c = load(R"(listeners:
+  - address: 127.0.0.1:5001
+    language: python
+  - address: "[::1]:5002"
+    language: javascript
+    tenant: acme
+tenants:
+  - name: public
+    profile: default
+  - name: acme
+    token: acme-0123456789abcdef
+    profile: ../profiles/tenants/acme-analytics.yaml
+default_tenant: public
+limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, grace_period: 0s}
+cors: {allow_origins: ["https://studio.example.com"]}
+)");
+  EXPECT_EQ(c.listeners[1].address(), "[::1]:5002");
+  EXPECT_EQ(c.listeners[0].language, Language::kPython);
+  EXPECT_EQ(c.anonymous_tenant(c.listeners[0])->name, "public");
+  EXPECT_EQ(c.anonymous_tenant(c.listeners[1])->name, "acme");
+  EXPECT_EQ(c.tenant_for_token("acme-0123456789abcdef")->name, "acme");
+  EXPECT_EQ(c.tenant_for_token("acme-0123456789abcdeF"), nullptr);
+  EXPECT_EQ(c.tenant_for_token(""), nullptr) << "a tenant without token is never selected by an empty one";
+  EXPECT_EQ(c.tenant("acme")->profile.name, "acme-analytics");
+  EXPECT_EQ(c.max_concurrent, 3u);
+  EXPECT_EQ(c.queue_depth, 0u);
+  EXPECT_EQ(c.body_limit, 64u << 10);
+  EXPECT_EQ(c.cors_origins, std::vector<std::string>{"https://studio.example.com"});
+}
+
+TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
+  struct Case {
+    std::string text;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"tenant: []\n", "node.yaml:1:1: unknown top-level key 'tenant' (did you mean 'tenants'?)"},
+      {"listeners: []\ntenants: []\n", "node.yaml:1:12: listeners: at least one listener is needed"},
+      {"listeners:\n  - address: localhost:80\n" + std::string(kMinimal),
+       "node.yaml:2:14: listeners[0].address: \"localhost:80\" is not ADDRESS:PORT with an IP address"},
+      {"listeners:\n  - address: 127.0.0.1:70000\n" + std::string(kMinimal), "the port must be 1-65535"},
+      {"listeners:\n  - address: 127.0.0.1:1\n    language: ruby\n" + std::string(kMinimal),
+       "node.yaml:3:15: listeners[0].language: unknown language \"ruby\""},
+      {"tenants:\n  - name: a\n    profile: nope\n", "node.yaml:3:14: tenants[0].profile: profile 'nope' not found: no nope.yaml in"},
+      {"tenants:\n  - name: A\n    profile: default\n", "\"A\" is not a valid tenant name"},
+      {"tenants:\n  - name: a\n    token: short\n    profile: default\n",
+       "node.yaml:3:12: tenants[0].token: a token must have 16 to 4096 characters, this one has 5"},
+      {"tenants:\n  - name: a\n    token: 0123456789abcdef0\n    token_file: x\n    profile: default\n",
+       "give either token or token_file, not both"},
+      {"tenants:\n  - name: a\n    profile: default\n  - name: a\n    profile: default\n", "tenant a is defined twice"},
+      {"tenants:\n  - {name: a, token: 0123456789abcdef0, profile: default}\n  - {name: b, token: 0123456789abcdef0, profile: default}\n",
+       "tenant b has the same token as another tenant"},
+      {std::string(kMinimal) + "default_tenant: nobody\n", "default_tenant nobody is not one of the tenants"},
+      {"listeners:\n  - address: 127.0.0.1:1\n    tenant: x\n" + std::string(kMinimal), "listener 127.0.0.1:1: tenant x is not one of the tenants"},
+      {"listeners:\n  - address: 127.0.0.1:1\n  - address: 127.0.0.1:1\n" + std::string(kMinimal), "listener 127.0.0.1:1 is defined twice"},
+      {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
+      {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
+      {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
+      {std::string(kMinimal) + "cors:\n  allow_origins: ['*']\n", "is not an origin like https://app.example.com"},
+      {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},
+      {"- a\n", "the top level must be a map of node settings"},
+  };
+  for (const auto& tc : cases) {
+    std::string e = load_error(tc.text);
+    EXPECT_NE(e.find(tc.error), std::string::npos) << tc.text << "\n  got: " << e << "\n  want: " << tc.error;
+  }
+}
+
+TEST(NodeConfig, TokenFilesMustBePrivate) {
+  auto dir = std::filesystem::temp_directory_path() / ("nsbox-node-unit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string token = (dir / "token").string();
+  std::ofstream(token) << "file-token-0123456789abcdef\n";
+  ::chmod(token.c_str(), 0644);
+  const std::string text = "tenants:\n  - name: a\n    token_file: token\n    profile: default\n";
+  const std::string file = (dir / "node.yaml").string();
+  try {
+    load_node_config_text(text, file, repo_profiles());
+    ADD_FAILURE() << "a world-readable token file was accepted";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("is accessible to group or others (mode 644); chmod 600 it"), std::string::npos)
+        << e.what();
+  }
+  ::chmod(token.c_str(), 0600);
+  NodeConfig c = load_node_config_text(text, file, repo_profiles());
+  EXPECT_EQ(c.tenants[0].token, "file-token-0123456789abcdef") << "the trailing newline is not part of it";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NodeConfig, SchemaKeysAreDocumented) {
+  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/docs/OPERATIONS.md");
+  std::string doc((std::istreambuf_iterator<char>(in)), {});
+  // Each key in backticks as its full dotted path (a section as the start of one).
+  for (const auto& key : node_config_schema_keys())
+    EXPECT_NE(doc.find("`" + key), std::string::npos) << key << " is not in docs/OPERATIONS.md";
+}
+
+TEST(ConstantTimeEqual, ComparesContentAndLength) {
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+  EXPECT_TRUE(constant_time_equal("", ""));
+}
+
+TEST(DecodeRunRequest, AcceptsThePlatformsRequest) {
+  auto d = decode_run_request(R"({"code": "x", "inputs": {"b": 1, "a": 2}, "timeout": 2.5, "language": "javascript"})",
+                              std::nullopt);
+  ASSERT_TRUE(d.request) << d.error;
+  EXPECT_EQ(d.request->exec.language, Language::kJavaScript);
+  EXPECT_EQ(d.request->exec.code, "x");
+  EXPECT_EQ(d.request->exec.inputs.dump(), R"({"b":1,"a":2})") << "input order is kept";
+  EXPECT_EQ(d.request->timeout, std::chrono::milliseconds(2500));
+  d = decode_run_request(R"({"code": "x", "inputs": null, "timeout": null})", std::nullopt);
+  ASSERT_TRUE(d.request);
+  EXPECT_EQ(d.request->exec.language, Language::kPython) << "python is the default";
+  EXPECT_FALSE(d.request->timeout);
+  EXPECT_TRUE(d.request->exec.inputs.empty());
+  d = decode_run_request(R"({"code": "x"})", Language::kJavaScript);
+  ASSERT_TRUE(d.request);
+  EXPECT_EQ(d.request->exec.language, Language::kJavaScript) << "a pinned listener's language";
+}
+
+TEST(DecodeRunRequest, RefusalsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "request body is not valid JSON"},
+      {"{", "request body is not valid JSON"},
+      {"\"code\"", "request body must be a JSON object"},
+      {R"({"code": ["x"]})", "\"code\" must be a string"},
+      {R"({"code": "x", "inputs": "a=1"})", "\"inputs\" must be a JSON object"},
+      {R"({"code": "x", "timeout": true})", "\"timeout\" must be a number of seconds"},
+      {R"({"code": "x", "timeout": 0})", "\"timeout\" must be more than 0 and at most 86400 seconds"},
+      {R"({"code": "x", "timeout": 1e300})", "\"timeout\" must be more than 0"},
+      {R"({"code": "x", "language": null, "inputs": {}, "timeout": 1, "extra": 1})", ""},
+  };
+  for (const auto& [body, error] : cases) {
+    auto d = decode_run_request(body, std::nullopt);
+    if (error.empty()) {
+      EXPECT_TRUE(d.request) << body << ": " << d.error;
+      continue;
+    }
+    EXPECT_FALSE(d.request) << body;
+    EXPECT_FALSE(d.unsupported_language);
+    EXPECT_NE(d.error.find(error), std::string::npos) << body << " -> " << d.error;
+  }
+}
+
+TEST(DecodeRunRequest, UnsupportedLanguages) {
+  auto d = decode_run_request(R"({"code": "x", "language": "ruby"})", std::nullopt);
+  EXPECT_TRUE(d.unsupported_language);
+  EXPECT_EQ(d.error, "Unsupported language: ruby");
+  d = decode_run_request(R"({"code": "x", "language": "python"})", Language::kJavaScript);
+  EXPECT_TRUE(d.unsupported_language) << "a JS-only listener refuses python like the platform's JS server";
+  EXPECT_EQ(unsupported_language_answer(d.error),
+            "{\"output\": {\"return\": null, \"error\": \"Unsupported language: python\"}}");
+}
+
+TEST(PlatformJson, WritesWhatPythonsJsonDumpsWrites) {
+  EXPECT_EQ(platform_answer(20, nullptr), "{\"return\": 20, \"error\": null}");
+  EXPECT_EQ(platform_answer(nullptr, "No code provided."), "{\"return\": null, \"error\": \"No code provided.\"}");
+  json v = json::parse(R"({"z": [1, {"a": null}], "b": "é\n", "n": 1.5, "t": true, "e": {}, "l": []})");
+  EXPECT_EQ(dump_platform_json(v), R"({"z": [1, {"a": null}], "b": "é\n", "n": 1.5, "t": true, "e": {}, "l": []})");
+}
+
+TEST(Admission, SlotsThenQueueThenFull) {
+  Admission a(1, 1);
+  EXPECT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+  std::atomic<bool> second_admitted{false};
+  std::thread waiter([&] {
+    if (a.acquire() == Admission::Verdict::kAdmitted) second_admitted = true;
+  });
+  while (a.queued() == 0) std::this_thread::yield();
+  EXPECT_EQ(a.acquire(), Admission::Verdict::kFull) << "slot and queue taken";
+  a.release();
+  waiter.join();
+  EXPECT_TRUE(second_admitted);
+  EXPECT_EQ(a.running(), 1u);
+  a.release();
+  EXPECT_TRUE(a.wait_idle(std::chrono::steady_clock::now()));
+}
+
+TEST(Admission, CloseWakesWaitersAndRefusesNewOnes) {
+  Admission a(1, 4);
+  ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+  Admission::Verdict waited = Admission::Verdict::kAdmitted;
+  std::thread waiter([&] { waited = a.acquire(); });
+  while (a.queued() == 0) std::this_thread::yield();
+  a.close();
+  waiter.join();
+  EXPECT_EQ(waited, Admission::Verdict::kClosed);
+  EXPECT_EQ(a.acquire(), Admission::Verdict::kClosed);
+  EXPECT_FALSE(a.wait_idle(std::chrono::steady_clock::now() + std::chrono::milliseconds(10)));
+  a.release();
+  EXPECT_TRUE(a.wait_idle(std::chrono::steady_clock::now()));
+}
+
+TEST(Metrics, RendersPrometheusText) {
+  Metrics m;
+  m.run_finished("acme", "python", "ok", 0.02);
+  m.run_finished("acme", "python", "timeout", 5.0);
+  m.run_finished("b\"x", "javascript", "oom", 0.3);
+  m.rejected("overload");
+  std::string text = m.render({.running = 1, .queued = 2, .max_running = 4, .max_queued = 8});
+  EXPECT_NE(text.find("nsbox_runs_total{tenant=\"acme\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_runs_total{tenant=\"b\\\"x\",language=\"javascript\",status=\"oom\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"0.025\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"5\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"+Inf\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_timeouts_total 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_oom_kills_total 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_rejected_requests_total{reason=\"overload\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_rejected_requests_total{reason=\"unauthorized\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_sandboxes_running 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_queue_depth 2\n"), std::string::npos);
+}
+
+TEST(Audit, RecordCarriesTheRunsFacts) {
+  AuditContext ctx{.run_id = "r1", .tenant = "acme", .api = "run", .client = "127.0.0.1",
+                   .code_sha256 = "abc", .input_bytes = 12, .duration_s = 0.0425};
+  json result = json::parse(R"({"return": 1, "error": null, "status": "ok", "error_type": null,
+    "usage": {"wall_ms": 40, "cpu_ms": 30, "peak_memory_bytes": 4096}, "limits_hit": ["output"],
+    "warnings": [], "profile": "default", "language": "python", "exit_code": 0, "signal": null})");
+  json r = audit_record(ctx, result);
+  EXPECT_EQ(r["run_id"], "r1");
+  EXPECT_EQ(r["tenant"], "acme");
+  EXPECT_EQ(r["profile"], "default");
+  EXPECT_EQ(r["language"], "python");
+  EXPECT_EQ(r["code_sha256"], "abc");
+  EXPECT_EQ(r["input_bytes"], 12);
+  EXPECT_EQ(r["status"], "ok");
+  EXPECT_EQ(r["exit_code"], 0);
+  EXPECT_EQ(r["duration_ms"], 43);
+  EXPECT_EQ(r["cpu_ms"], 30);
+  EXPECT_EQ(r["peak_memory_bytes"], 4096);
+  EXPECT_EQ(r["limits_hit"], json::array({"output"}));
+  EXPECT_EQ(r["time"].get<std::string>().size(), 24u);
+}
+
+}  // namespace
+}  // namespace nsbox
