@@ -8,16 +8,21 @@ Admission::Admission(uint32_t max_running, uint32_t max_queued)
 Admission::Verdict Admission::acquire() {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_) return Verdict::kClosed;
-  if (running_ < max_running_) {
+  // Nobody waiting: a free slot is taken at once. Otherwise the newcomer
+  // queues behind the others, so slots go out in arrival order.
+  if (queued_ == 0 && running_ < max_running_) {
     ++running_;
     return Verdict::kAdmitted;
   }
   if (queued_ >= max_queued_) return Verdict::kFull;
+  const uint64_t ticket = next_ticket_++;
   ++queued_;
-  changed_.wait(lock, [&] { return closed_ || running_ < max_running_; });
+  changed_.wait(lock, [&] { return closed_ || (serving_ == ticket && running_ < max_running_); });
   --queued_;
+  ++serving_;
   if (closed_) return Verdict::kClosed;
   ++running_;
+  changed_.notify_all();  // the next ticket may fit too
   return Verdict::kAdmitted;
 }
 

@@ -16,8 +16,9 @@ class Admission {
 
   Admission(uint32_t max_running, uint32_t max_queued);
 
-  // Takes a slot, waiting in the queue if a place is free. kFull when both
-  // are taken, kClosed once close() was called (also for waiters).
+  // Takes a slot, waiting in the queue (first come, first served) if a place
+  // is free. kFull when both are taken, kClosed once close() was called
+  // (also for waiters).
   Verdict acquire();
   void release();
 
@@ -38,6 +39,8 @@ class Admission {
   uint32_t max_queued_;
   uint32_t running_ = 0;
   uint32_t queued_ = 0;
+  uint64_t next_ticket_ = 0;  // FIFO: the ticket of the next request to queue
+  uint64_t serving_ = 0;      // and of the one whose turn it is
   bool closed_ = false;
 };
 

@@ -129,7 +129,8 @@ TEST_P(ExecContract, Case) {
     size_t chars = std::count_if(text.begin(), text.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
     EXPECT_EQ(chars, exp["return_length"].get<size_t>());
   } else {
-    EXPECT_EQ(o.return_value, exp.value("return", json(nullptr)));
+    // Compared canonically: the result keeps the code's key order, the table does not.
+    EXPECT_EQ(json::parse(o.return_value.dump()), exp.value("return", json(nullptr)));
   }
   if (exp.contains("stdout")) {
     EXPECT_EQ(o.run.stdout_data, exp["stdout"].get<std::string>());

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <mutex>
 
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
@@ -246,6 +247,28 @@ TEST(Admission, SlotsThenQueueThenFull) {
   EXPECT_EQ(a.running(), 1u);
   a.release();
   EXPECT_TRUE(a.wait_idle(std::chrono::steady_clock::now()));
+}
+
+TEST(Admission, WaitersAreServedInArrivalOrder) {
+  Admission a(1, 8);
+  ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 5; ++i) {
+    waiters.emplace_back([&, i] {
+      ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        order.push_back(i);
+      }
+      a.release();
+    });
+    while (a.queued() != static_cast<uint32_t>(i + 1)) std::this_thread::yield();  // queued in order i
+  }
+  a.release();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
 TEST(Admission, CloseWakesWaitersAndRefusesNewOnes) {
