@@ -23,7 +23,10 @@ using json = nlohmann::ordered_json;
 
 ProfileSearch repo_profiles() { return ProfileSearch{{std::string(NSBOX_SOURCE_DIR) + "/profiles"}}; }
 
-NodeConfig load(const std::string& text) { return load_node_config_text(text, "node.yaml", repo_profiles()); }
+// Named as if in packaging/, so relative paths resolve against the repository.
+NodeConfig load(const std::string& text) {
+  return load_node_config_text(text, std::string(NSBOX_SOURCE_DIR) + "/packaging/node.yaml", repo_profiles());
+}
 
 std::string load_error(const std::string& text) {
   try {
