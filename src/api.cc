@@ -1,5 +1,6 @@
 #include "nsbox/api.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace nsbox {
@@ -42,8 +43,34 @@ void dump_into(const json& v, std::string& out) {
 
 }  // namespace
 
+size_t json_nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return limit + 1;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned) {
   DecodedRequest d;
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    d.error = "request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return d;
+  }
   json j;
   try {
     j = json::parse(body.begin(), body.end());

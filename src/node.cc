@@ -173,7 +173,10 @@ class Node {
   void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l,
                                    const httplib::Request& req, std::string& why) const;
-  void handle_run(const httplib::Request& req, httplib::Response& res, size_t listener_index, bool native);
+  void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                   size_t listener_index, bool native);
+  void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res,
+                  size_t listener_index, bool native);
   void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
                   const Job& job, const JobResult& result, double seconds) const;
   void reload();
@@ -251,7 +254,31 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
     spdlog::error("run {}: {}", job.run_id, result.value("error", json("")).dump());
 }
 
-void Node::handle_run(const httplib::Request& req, httplib::Response& res, size_t li, bool native) {
+void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
+                       size_t li, bool native) {
+  // Read here rather than by cpp-httplib, which would parse a form-encoded
+  // body (curl -d sends one) and refuse it past 8 KiB.
+  const uint64_t limit = config()->body_limit;
+  std::string body;
+  bool too_large = false;
+  reader([&](const char* data, size_t size) {
+    if (body.size() + size > limit) {
+      too_large = true;
+      return false;
+    }
+    body.append(data, size);
+    return true;
+  });
+  if (too_large) {
+    metrics_.rejected("too_large");
+    res.set_header("Connection", "close");
+    return reply(req, res, 413, error_body("request body exceeds the node's limit of " + format_size(limit)));
+  }
+  handle_run(req, body, res, li, native);
+}
+
+void Node::handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, size_t li,
+                      bool native) {
   auto cfg = config();
   if (t_shedding) {
     // Answered after the body was read: closing a socket with unread data
@@ -269,7 +296,7 @@ void Node::handle_run(const httplib::Request& req, httplib::Response& res, size_
     res.set_header("WWW-Authenticate", "Bearer");
     return reply(req, res, 401, error_body(why));
   }
-  DecodedRequest decoded = decode_run_request(req.body, listener.language);
+  DecodedRequest decoded = decode_run_request(body, listener.language);
   if (!decoded.request) {
     metrics_.rejected("bad_request");
     // The platform answers an unknown language with 200 and this shape.
@@ -339,13 +366,14 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     return httplib::Server::HandlerResponse::Handled;
   });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler's own answer
     if (res.status == 413) {
       metrics_.rejected("too_large");
       res.set_header("Connection", "close");
       return reply(req, res, 413, error_body("request body exceeds the node's limit of " +
                                              format_size(config()->body_limit)));
     }
-    if (res.body.empty()) reply(req, res, res.status, error_body(status_message(res.status)));
+    reply(req, res, res.status, error_body(status_message(res.status)));
   });
   svr->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown error";
@@ -366,12 +394,10 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     Metrics::Gauges g{admission_.running(), admission_.queued(), cfg_now->max_concurrent, cfg_now->queue_depth};
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
   });
-  svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res) {
-    handle_run(req, res, li, false);
-  });
-  svr->Post("/v1/runs", [this, li](const httplib::Request& req, httplib::Response& res) {
-    handle_run(req, res, li, true);
-  });
+  svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res,
+                                const httplib::ContentReader& reader) { handle_post(req, res, reader, li, false); });
+  svr->Post("/v1/runs", [this, li](const httplib::Request& req, httplib::Response& res,
+                                   const httplib::ContentReader& reader) { handle_post(req, res, reader, li, true); });
   svr->Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
     res.status = 204;
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "nsbox/api.h"
+
 namespace nsbox {
 namespace {
 
@@ -30,6 +32,12 @@ std::string signal_name(int sig) {
 // can write to fd 3, so nothing is trusted beyond its shape.
 bool parse_runner_result(const Result& run, ExecOutcome& out) {
   if (run.fd3_truncated || run.fd3_data.empty()) return false;
+  if (json_nesting_depth(run.fd3_data) > kMaxJsonDepth) {
+    out.status = "error";
+    out.error_type = "serialization";
+    out.error = "the return value is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return true;
+  }
   auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;
   for (const char* key : kResultKeys)

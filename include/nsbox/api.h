@@ -14,6 +14,15 @@
 
 namespace nsbox {
 
+// How deep JSON may nest in a request or a result. Deeper documents are
+// refused before parsing: printing them back would recurse once per level.
+// Python's own json module stops at about 1000.
+constexpr size_t kMaxJsonDepth = 1000;
+
+// The deepest nesting of arrays and objects in text (strings skipped), or
+// limit + 1 as soon as it is exceeded. Not a validator.
+size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
+
 struct RunRequest {
   ExecRequest exec;
   // The request's "timeout" (seconds in the body); the profile's wall time

@@ -333,6 +333,55 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
+  // curl -d sends application/x-www-form-urlencoded; the platform's gateway
+  // sends JSON. Both work, also past 8 KiB, and chunked over the limit is 413.
+  const std::string body = request("def main(args):\n    return len(args.params['s'])", {{"s", std::string(100000, 'x')}});
+  auto r = node_.client().Post("/run", body, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 100000, \"error\": null}");
+  // Chunked, so no Content-Length announces the size: refused at the limit.
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ASSERT_GT(::send(s, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";
+  for (int i = 0; i < 48; ++i)
+    if (::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;  // the node may close first
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, 200);
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(Node, DeepNestingIsRefusedInRequestsAndResults) {
+  std::string body = R"({"code": "def main(a):\n    return 1", "inputs": {"a": )" + std::string(500000, '[') +
+                     std::string(500000, ']') + "}}";
+  auto r = post(node_.client(), "/run", body);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"request body is nested deeper than 1000 levels\"}");
+  r = post(node_.client(), "/run",
+           request("function main(args) {\n  let v = 1;\n  for (let i = 0; i < 2000; i++) v = [v];\n  return v;\n}",
+                   nlohmann::ordered_json::object(), 0, "javascript"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"the return value is nested deeper than 1000 levels\"}");
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health) << "the node survived";
+}
+
 TEST_F(Node, MetricsCountRunsAndRejections) {
   auto c = node_.client();
   post(c, "/run", request("def main(args):\n    return 1"));
@@ -377,6 +426,7 @@ limits:
   max_concurrent: 1
   queue_depth: 0
   grace_period: 1s
+  client_timeout: 1s
 audit_log: audit.log
 cors:
   allow_origins: [https://studio.example.com]
@@ -516,6 +566,30 @@ TEST_F(NodeWithTenants, SighupWithABrokenConfigKeepsServingAndAGoodOneApplies) {
   r = post(node_.client(), "/run", body, other);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+}
+
+TEST_F(NodeWithTenants, SlowClientsAreDisconnected) {
+  // Half a request, then silence: the node gives up after client_timeout (1 s).
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Len";
+  ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  timeval tv{30, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto start = std::chrono::steady_clock::now();
+  std::string answer;
+  char buf[256];
+  for (ssize_t n; (n = ::recv(s, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<size_t>(n));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::close(s);
+  // Dropped, at most with a 400 for the request it never got whole.
+  EXPECT_TRUE(answer.empty() || answer.rfind("HTTP/1.1 400", 0) == 0) << answer;
+  EXPECT_GT(waited, 900ms);
+  EXPECT_LT(waited, 10s) << "the half-open connection was not dropped";
 }
 
 TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {

@@ -218,6 +218,21 @@ TEST(DecodeRunRequest, RefusalsNameTheField) {
   }
 }
 
+TEST(JsonNestingDepth, CountsArraysAndObjectsOutsideStrings) {
+  EXPECT_EQ(json_nesting_depth("1"), 0u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}]})"), 4u);
+  EXPECT_EQ(json_nesting_depth(R"({"a": "[[[[\"[["})"), 1u) << "brackets in strings do not count";
+  EXPECT_EQ(json_nesting_depth(std::string(5000, '[') + std::string(5000, ']')), kMaxJsonDepth + 1);
+  EXPECT_EQ(json_nesting_depth("[[]][[]]"), 2u);
+}
+
+TEST(DecodeRunRequest, RefusesDeepNestingBeforeParsing) {
+  std::string body = R"({"code": "x", "inputs": {"a": )" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  auto d = decode_run_request(body, std::nullopt);
+  EXPECT_FALSE(d.request);
+  EXPECT_EQ(d.error, "request body is nested deeper than 1000 levels");
+}
+
 TEST(DecodeRunRequest, UnsupportedLanguages) {
   auto d = decode_run_request(R"({"code": "x", "language": "ruby"})", std::nullopt);
   EXPECT_TRUE(d.unsupported_language);
