@@ -279,7 +279,8 @@ TEST_F(Node, MalformedRequestsAre400WithWhatIsWrong) {
 
 TEST_F(Node, NativeApiReturnsTheFullResult) {
   auto r = post(node_.client(), "/v1/runs",
-                request("import sys\ndef main(args):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 7"));
+                request("import sys\ndef main(args):\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n"
+                        "    open('/workspace/out/r.txt', 'w').write('hello')\n    return 7"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   auto j = json::parse(r->body);
@@ -289,7 +290,11 @@ TEST_F(Node, NativeApiReturnsTheFullResult) {
   EXPECT_EQ(j["stderr"], "to stderr\n");
   EXPECT_GT(j["usage"]["wall_ms"].get<int64_t>(), 0);
   EXPECT_TRUE(j["limits_hit"].is_array());
-  EXPECT_TRUE(j["artifacts"].is_array());
+  ASSERT_EQ(j["artifacts"].size(), 1u) << r->body;
+  EXPECT_EQ(j["artifacts"][0]["name"], "r.txt");
+  EXPECT_EQ(j["artifacts"][0]["size"], 5);
+  EXPECT_EQ(j["artifacts"][0]["sha256"], sha256_hex("hello"));
+  EXPECT_EQ(j["artifacts"][0]["content_base64"], "aGVsbG8=");
   EXPECT_EQ(j["run_id"], r->get_header_value("X-Nsbox-Run-Id"));
   EXPECT_EQ(j["tenant"], "default");
   EXPECT_EQ(j["limits"]["wall_ms"], 30000);
