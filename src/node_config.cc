@@ -25,14 +25,9 @@ constexpr uint32_t kMaxConcurrent = 4096;
 constexpr uint32_t kMaxQueue = 65536;
 constexpr size_t kMaxTenantNameLength = 64;
 
-struct SchemaSection {
-  std::string_view path;
-  std::vector<std::string_view> keys;
-};
-
 // The one description of which keys each map accepts.
-const std::vector<SchemaSection>& schema() {
-  static const std::vector<SchemaSection> sections = {
+const profile_yaml::Schema& schema() {
+  static const profile_yaml::Schema sections = {
       {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors",
             "cgroup_parent"}},
       {"listeners[]", {"address", "language", "tenant"}},
@@ -44,10 +39,7 @@ const std::vector<SchemaSection>& schema() {
 }
 
 const std::vector<std::string_view>& keys_of(std::string_view section) {
-  for (const auto& s : schema()) {
-    if (s.path == section) return s.keys;
-  }
-  throw std::logic_error("no node config section " + std::string(section));
+  return profile_yaml::keys_of(schema(), section);
 }
 
 uint32_t online_cpus() {
@@ -316,14 +308,7 @@ NodeConfig builtin_node_config(const ProfileSearch& search) {
 }
 
 const std::vector<std::string>& node_config_schema_keys() {
-  static const std::vector<std::string> keys = [] {
-    std::vector<std::string> out;
-    for (const auto& s : schema()) {
-      for (auto k : s.keys)
-        out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
-    }
-    return out;
-  }();
+  static const std::vector<std::string> keys = profile_yaml::dotted_keys(schema());
   return keys;
 }
 

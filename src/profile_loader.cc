@@ -55,15 +55,10 @@ constexpr uint32_t kMaxId = 65534;
 const std::vector<std::string> kDefaultMask = {"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys",
                                                "/sys/firmware"};
 
-struct SchemaSection {
-  std::string_view path;
-  std::vector<std::string_view> keys;
-};
-
 // The one description of the schema: which keys each map accepts. Unknown
 // key errors, profile_schema_keys() and the docs test all read it.
-const std::vector<SchemaSection>& schema() {
-  static const std::vector<SchemaSection> sections = {
+const profile_yaml::Schema& schema() {
+  static const profile_yaml::Schema sections = {
       {"", {"name", "extends", "limits", "filesystem", "env", "seccomp", "network", "user"}},
       {"limits",
        {"wall_time", "cpu_time", "memory", "pids", "cpus", "tmpfs", "stdout", "stderr",
@@ -80,10 +75,7 @@ const std::vector<SchemaSection>& schema() {
 }
 
 const std::vector<std::string_view>& keys_of(std::string_view section) {
-  for (const auto& s : schema()) {
-    if (s.path == section) return s.keys;
-  }
-  throw std::logic_error("no schema section " + std::string(section));
+  return profile_yaml::keys_of(schema(), section);
 }
 
 // Keys of the design that this version does not implement yet.
@@ -589,14 +581,7 @@ Profile load_profile(const std::string& name_or_path, const ProfileSearch& searc
 }
 
 const std::vector<std::string>& profile_schema_keys() {
-  static const std::vector<std::string> keys = [] {
-    std::vector<std::string> out;
-    for (const auto& s : schema()) {
-      for (auto k : s.keys)
-        out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
-    }
-    return out;
-  }();
+  static const std::vector<std::string> keys = profile_yaml::dotted_keys(schema());
   return keys;
 }
 

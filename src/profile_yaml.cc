@@ -407,4 +407,20 @@ std::vector<std::string> syscall_names(const Field& f, const char* arch) {
   return names;
 }
 
+const std::vector<std::string_view>& keys_of(const Schema& schema, std::string_view section) {
+  for (const auto& s : schema) {
+    if (s.path == section) return s.keys;
+  }
+  throw std::logic_error("no schema section " + std::string(section));
+}
+
+std::vector<std::string> dotted_keys(const Schema& schema) {
+  std::vector<std::string> out;
+  for (const auto& s : schema) {
+    for (auto k : s.keys)
+      out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
+  }
+  return out;
+}
+
 }  // namespace nsbox::profile_yaml

@@ -117,6 +117,19 @@ class MapReader {
 void check_env_name(const Field& key_field, const std::string& name);
 std::string env_value(const Field& value);
 
+// A YAML schema as the maps it has and the keys each accepts ("" is the top
+// level, "a.b[]" the items of list b in map a).
+struct SchemaSection {
+  std::string_view path;
+  std::vector<std::string_view> keys;
+};
+using Schema = std::vector<SchemaSection>;
+
+// The keys of one section; std::logic_error for a section not in schema.
+const std::vector<std::string_view>& keys_of(const Schema& schema, std::string_view section);
+// Every key as a dotted path ("limits.memory"), in schema order.
+std::vector<std::string> dotted_keys(const Schema& schema);
+
 // Syscall names checked against libseccomp's table for x86_64 or aarch64.
 bool is_known_syscall(const std::string& name, const char* arch);
 

@@ -158,4 +158,23 @@ std::string unique_token(const std::string& prefix) {
   return prefix + std::to_string(::getpid()) + "x" + std::to_string(++counter);
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> dir_entries(const std::string& path) {
+  std::set<std::string> out;
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") out.insert(name);
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
 }  // namespace nsbox::testing

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,11 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The whole content of a (small) file, "" when it cannot be read.
+std::string slurp(const std::string& path);
+// Names in a directory, without "." and "..".
+std::set<std::string> dir_entries(const std::string& path);
 
 // A string unique to this test process, for argv markers and file names.
 std::string unique_token(const std::string& prefix);

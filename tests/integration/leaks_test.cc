@@ -11,22 +11,6 @@
 namespace nsbox::testing {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::set<std::string> dir_entries(const std::string& path) {
-  std::set<std::string> out;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) out.insert(e->d_name);
-    ::closedir(d);
-  }
-  return out;
-}
-
 // This process's runs are named nsbox-run-<pid>-...: other tests may run in
 // parallel, so only what this process created is compared.
 std::string own_run_prefix() { return "nsbox-run-" + std::to_string(::getpid()) + "-"; }

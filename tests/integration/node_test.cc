@@ -34,25 +34,6 @@ const std::string kDocumentedJs =
     "class Args {\n  constructor(inputs) { this.num = inputs.num ?? 0; }\n}\n"
     "function main(args) {\n  return args.num * 2;\n}";
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::set<std::string> dir_entries(const std::string& path) {
-  std::set<std::string> out;
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") out.insert(n);
-    }
-    ::closedir(d);
-  }
-  return out;
-}
-
 int free_port() {
   int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -63,6 +44,27 @@ int free_port() {
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(s);
   return ntohs(a.sin_port);
+}
+
+// A TCP connection to 127.0.0.1:port, or -1.
+int connect_loopback(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return s;
+  ::close(s);
+  return -1;
+}
+
+// Reads until the answer holds a JSON body's end ("}) or the peer closes.
+std::string read_answer(int s) {
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  return answer;
 }
 
 std::vector<pid_t> children_of(pid_t parent) {
@@ -132,8 +134,19 @@ class NodeProcess {
     return c;
   }
 
+  // Until /metrics shows n sandboxes running (60 s: the VM rig is slow).
+  bool wait_running(int n) const {
+    const std::string line = "nsbox_sandboxes_running " + std::to_string(n) + "\n";
+    for (int i = 0; i < 3000; ++i) {
+      auto m = client().Get("/metrics");
+      if (m && m->body.find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
   bool ready() const {
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 1200; ++i) {
       if (auto r = client().Get("/health"); r && r->status == 200) return true;
       int status;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) return false;
@@ -313,21 +326,14 @@ TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {
 
 TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   // Announce 64 MiB, send only the headers: the answer must come anyway.
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
   std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"code\": \"";
   ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   // The answer must come at once, not after a read timeout (10 s here).
   timeval tv{5, 0};
   ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer;
-  char buf[4096];
-  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
-    answer.append(buf, static_cast<size_t>(n));
+  std::string answer = read_answer(s);
   ::close(s);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
   EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
@@ -346,12 +352,8 @@ TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 100000, \"error\": null}");
   // Chunked, so no Content-Length announces the size: refused at the limit.
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
   timeval tv{10, 0};
   ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
@@ -360,10 +362,7 @@ TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";
   for (int i = 0; i < 48; ++i)
     if (::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;  // the node may close first
-  std::string answer;
-  char buf[4096];
-  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
-    answer.append(buf, static_cast<size_t>(n));
+  std::string answer = read_answer(s);
   ::close(s);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, 200);
   auto health = node_.client().Get("/health");
@@ -408,11 +407,7 @@ TEST_F(Node, SigtermDuringALongRunLetsItFinishAndExitsZero) {
     if (r) body = r->body;
   });
   // Wait until the sandbox runs, then stop the node.
-  for (int i = 0; i < 200; ++i) {
-    auto m = node_.client().Get("/metrics");
-    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  EXPECT_TRUE(node_.wait_running(1)) << node_.log();
   const int code = node_.stop(SIGTERM);
   client.join();
   EXPECT_EQ(code, 0) << node_.log();
@@ -498,11 +493,7 @@ TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
     auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 1"), auth);
     if (r) first = r->body;
   });
-  for (int i = 0; i < 200; ++i) {
-    auto m = node_.client().Get("/metrics");
-    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  EXPECT_TRUE(node_.wait_running(1)) << node_.log();
   auto r = post(node_.client(), "/run", request("def main(args):\n    return 2"), auth);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429);
@@ -535,11 +526,7 @@ TEST_F(NodeWithTenants, SigtermKillsRunsThatOutliveTheGracePeriod) {
                   {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
     if (r) body = r->body;
   });
-  for (int i = 0; i < 200; ++i) {
-    auto m = node_.client().Get("/metrics");
-    if (m && m->body.find("nsbox_sandboxes_running 1\n") != std::string::npos) break;
-    std::this_thread::sleep_for(20ms);
-  }
+  EXPECT_TRUE(node_.wait_running(1)) << node_.log();
   const auto start = std::chrono::steady_clock::now();
   const int code = node_.stop(SIGTERM);
   client.join();
@@ -575,12 +562,8 @@ TEST_F(NodeWithTenants, SighupWithABrokenConfigKeepsServingAndAGoodOneApplies) {
 
 TEST_F(NodeWithTenants, SlowClientsAreDisconnected) {
   // Half a request, then silence: the node gives up after client_timeout (1 s).
-  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(node_.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
   const std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Len";
   ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   timeval tv{30, 0};
