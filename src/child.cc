@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -68,6 +69,17 @@ void reset_signals() noexcept {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// PID 1 is a copy of the supervisor, argv included: without this the
+// workload reads the supervisor's command line (host paths, the node's
+// config file, a run's code) in /proc/1/cmdline.
+void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
+  static const char kName[] = "nsbox-init";
+  ::prctl(PR_SET_NAME, kName, 0, 0, 0);
+  if (!c.cmdline_start || c.cmdline_size == 0) return;
+  std::memset(c.cmdline_start, 0, c.cmdline_size);
+  std::memcpy(c.cmdline_start, kName, std::min(sizeof kName, c.cmdline_size) - 1);
 }
 
 // execvp without malloc: candidates are built in a stack buffer.
@@ -182,6 +194,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   if (::poll(&sync_poll, 1, 0) > 0 && (sync_poll.revents & (POLLHUP | POLLERR))) ::_exit(kSetupFailedExit);
   if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
     fail(c, "close_range", "inherited fds", err);
+  hide_supervisor_cmdline(c);
 
   const char* object = nullptr;
   if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 
 #include "nsbox/child.h"
@@ -317,12 +318,41 @@ void note_limits_hit(const Observation& obs, Result& r) {
   if (r.stdout_truncated || r.stderr_truncated) r.limits_hit.push_back("output");
 }
 
+// [arg_start, arg_end) of this process (fields 48 and 49 of /proc/self/stat);
+// {0, 0} when unknown.
+std::pair<uintptr_t, uintptr_t> own_cmdline_area() {
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {0, 0};
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return {0, 0};
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return {0, 0};
+  // Field 3 follows ") "; arg_start is field 48.
+  uintptr_t values[49] = {};
+  int field = 2;
+  for (const char* q = p + 1; *q && field < 49;) {
+    while (*q == ' ') ++q;
+    ++field;
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(q, &end, 10);
+    values[field - 1] = static_cast<uintptr_t>(v);
+    q = end && end != q ? end : q + 1;
+    while (*q && *q != ' ') ++q;
+  }
+  if (field < 49 || values[47] == 0 || values[48] <= values[47]) return {0, 0};
+  return {values[47], values[48]};
+}
+
 }  // namespace
 
 Launcher::Launcher(const LauncherOptions& options)
     : seccomp_(SeccompProgram::default_policy()),
       host_ids_(choose_host_ids()),
-      cgroups_(options.cgroup_host ? *options.cgroup_host : CgroupHost::detect(options.cgroup_parent)) {
+      cgroups_(options.cgroup_host ? *options.cgroup_host : CgroupHost::detect(options.cgroup_parent)),
+      cmdline_(own_cmdline_area()) {
   // Supplementary groups survive into a user namespace (setgroups is denied
   // there), so a root supervisor drops its own before cloning any sandbox.
   if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) throw SysError("setgroups", "[]", errno);
@@ -478,6 +508,8 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .rlimit_count = rlimits.size(),
         .caps = &caps_,
         .seccomp = seccomp_for(spec.seccomp).program(),
+        .cmdline_start = reinterpret_cast<char*>(cmdline_.first),
+        .cmdline_size = cmdline_.second - cmdline_.first,
     };
 
     SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);

@@ -40,6 +40,10 @@ struct ChildConfig {
   size_t rlimit_count;
   const CapabilityDrop* caps;
   const sock_fprog* seccomp;
+  // The supervisor's command line in memory: PID 1 is its copy and blanks it,
+  // else /proc/1/cmdline shows the workload the supervisor's argv.
+  char* cmdline_start;
+  size_t cmdline_size;
 };
 
 // Exit code of a child that failed during setup (after reporting why).

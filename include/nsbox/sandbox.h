@@ -61,6 +61,7 @@ class Launcher {
   CapabilityDrop caps_;
   HostIds host_ids_;
   CgroupHost cgroups_;
+  std::pair<uintptr_t, uintptr_t> cmdline_;  // this process's argv in memory
 
   // The run's cgroup, or null when the run needs none and the host offers
   // none. Refuses (SysError/UsageError) when a limit cannot be enforced and

@@ -1,0 +1,174 @@
+// A real `nsbox serve` started by a test on 127.0.0.1, and small socket
+// helpers, shared by the node tests and the security suite.
+#pragma once
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <httplib.h>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fixture.h"
+
+namespace nsbox::testing {
+
+inline int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// A TCP connection to 127.0.0.1:port, or -1.
+inline int connect_loopback(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return s;
+  ::close(s);
+  return -1;
+}
+
+// Reads until the answer holds a JSON body's end ("}) or the peer closes.
+inline std::string read_answer(int s) {
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; answer.find("\"}") == std::string::npos && (n = ::recv(s, buf, sizeof buf, 0)) > 0;)
+    answer.append(buf, static_cast<size_t>(n));
+  return answer;
+}
+
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::istringstream in(slurp("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children"));
+  for (pid_t p; in >> p;) out.push_back(p);
+  return out;
+}
+
+// A node process on 127.0.0.1 with its own TMPDIR (so its workspaces and
+// artifacts can be checked for leaks) and its log in a file.
+class NodeProcess {
+ public:
+  // config: the node config's text without listeners (added here), or "" for
+  // the built-in config with --listen.
+  explicit NodeProcess(const std::string& config_body = "", const std::string& extra_listeners = "")
+      : port_(free_port()) {
+    tmp_ = dir_.path() + "/tmp";
+    ::mkdir(tmp_.c_str(), 0755);
+    log_ = dir_.path() + "/node.log";
+    std::vector<std::string> args = {NSBOX_BINARY, "serve"};
+    if (config_body.empty()) {
+      args.push_back("--listen");
+      args.push_back("127.0.0.1:" + std::to_string(port_));
+    } else {
+      write_config(config_body, extra_listeners);
+      args.push_back("--config");
+      args.push_back(config_path());
+    }
+    start(args);
+  }
+  ~NodeProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      wait_exit();
+    }
+  }
+
+  void write_config(const std::string& body, const std::string& extra_listeners = "") const {
+    std::ofstream(config_path()) << "listeners:\n  - address: 127.0.0.1:" << port_ << "\n"
+                                 << extra_listeners << body;
+  }
+  std::string config_path() const { return dir_.path() + "/node.yaml"; }
+  const std::string& dir() const { return dir_.path(); }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& tmp() const { return tmp_; }
+  std::string log() const { return slurp(log_); }
+
+  httplib::Client client(int port = 0) const {
+    httplib::Client c("127.0.0.1", port ? port : port_);
+    c.set_read_timeout(120, 0);
+    c.set_connection_timeout(5, 0);
+    return c;
+  }
+
+  // Until /metrics shows n sandboxes running (60 s: the VM rig is slow).
+  bool wait_running(int n) const {
+    const std::string line = "nsbox_sandboxes_running " + std::to_string(n) + "\n";
+    for (int i = 0; i < 3000; ++i) {
+      auto m = client().Get("/metrics");
+      if (m && m->body.find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  bool ready() const {
+    for (int i = 0; i < 1200; ++i) {
+      if (auto r = client().Get("/health"); r && r->status == 200) return true;
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // Sends sig and returns the exit code (128+signal when killed).
+  int stop(int sig = SIGTERM) {
+    ::kill(pid_, sig);
+    return wait_exit();
+  }
+  int wait_exit() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  void start(const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::setenv("TMPDIR", tmp_.c_str(), 1);
+      ::execv(argv[0], argv.data());
+      ::_exit(126);
+    }
+  }
+
+  TempDir dir_;
+  int port_;
+  pid_t pid_ = -1;
+  std::string tmp_;
+  std::string log_;
+};
+
+inline httplib::Result post(const httplib::Client& c, const std::string& path, const std::string& body,
+                     const httplib::Headers& headers = {}) {
+  return const_cast<httplib::Client&>(c).Post(path.c_str(), headers, body, "application/json");
+}
+
+}  // namespace nsbox::testing

@@ -1,0 +1,3 @@
+"""Add a key to a keyring."""
+def main(args):
+    return refused("add_key", b"user", b"nsbox", b"secret", 6, -3)

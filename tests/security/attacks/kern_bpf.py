@@ -1,0 +1,4 @@
+"""Load a BPF program or map."""
+def main(args):
+    attr = ctypes.create_string_buffer(128)
+    return refused("bpf", 0, attr, 128)

@@ -1,0 +1,6 @@
+"""Load a new kernel."""
+def main(args):
+    a = refused("kexec_load", 0, 0, None, 0)
+    if not a["stopped"]:
+        return a
+    return refused("kexec_file_load", -1, -1, 0, None, 0)

@@ -1,0 +1,3 @@
+"""Ask the kernel to upcall for a key."""
+def main(args):
+    return refused("request_key", b"user", b"nsbox", None, -3)

@@ -1,0 +1,3 @@
+"""pivot_root back to the old root."""
+def main(args):
+    return refused("pivot_root", b"/tmp", b"/tmp")

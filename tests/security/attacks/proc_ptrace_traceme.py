@@ -1,0 +1,3 @@
+"""Become traced (to inject code via a tracer child)."""
+def main(args):
+    return refused("ptrace", 0, 0, 0, 0)

@@ -1,0 +1,69 @@
+# Shared by every attack in attacks/: raw system calls through ctypes and the
+# two verdicts. An attack's main(args) returns stopped(...) when the defence
+# held and escaped(...) when it got through; args.params holds what the
+# harness planted on the host (secret_path, secret, host_pid, host_port,
+# abstract, marker).
+import ctypes
+import errno
+import os
+import socket
+import struct
+import sys
+import time
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+# x86_64 system call numbers.
+NR = {
+    "ioctl": 16, "clone": 56, "ptrace": 101, "syslog": 103, "personality": 135,
+    "pivot_root": 155, "chroot": 161, "acct": 163, "settimeofday": 164, "mount": 165,
+    "umount2": 166, "swapon": 167, "reboot": 169, "iopl": 172, "ioperm": 173,
+    "init_module": 175, "delete_module": 176, "clock_settime": 227, "kexec_load": 246,
+    "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
+    "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+    "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
+    "io_uring_setup": 425, "clone3": 435, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+}
+
+
+def syscall(name, *args):
+    """(result, errno) of a raw system call."""
+    ctypes.set_errno(0)
+    cargs = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    r = _libc.syscall(ctypes.c_long(NR[name]), *cargs)
+    return r, ctypes.get_errno()
+
+
+def stopped(detail):
+    return {"stopped": True, "detail": detail}
+
+
+def escaped(detail):
+    return {"stopped": False, "detail": detail}
+
+
+def refused(name, *args, errnos=(errno.EPERM,)):
+    """The call must fail with one of errnos (what the seccomp rule answers)."""
+    r, e = syscall(name, *args)
+    if r == -1 and e in errnos:
+        return stopped(f"{name}: {errno.errorcode.get(e, e)}")
+    return escaped(f"{name} returned {r} (errno {e})")
+
+
+def fails(what, fn, *args):
+    """fn(*args) must raise OSError; anything else is an escape."""
+    try:
+        result = fn(*args)
+    except OSError as e:
+        return stopped(f"{what}: {e.strerror or e}")
+    return escaped(f"{what} succeeded: {result!r}"[:300])
+
+
+def reads_secret(path, secret):
+    """True when path can be read and holds the host's secret."""
+    try:
+        with open(path, "rb") as f:
+            return secret.encode() in f.read(1 << 20)
+    except OSError:
+        return False

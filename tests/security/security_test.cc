@@ -1,0 +1,222 @@
+// The escape-attempt suite: every program in tests/security/attacks/ runs in
+// a real sandbox with the default profile, once through `nsbox run` and once
+// through the HTTP node, and must report that it was stopped (or be stopped
+// by a limit where its header says so). The harness plants what an attacker
+// would look for on the host: a secret file, a loopback service, an abstract
+// unix socket, an environment variable, its own pid.
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "../integration/fixture.h"
+#include "../integration/node_process.h"
+
+namespace nsbox::testing {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kSecurityDir = std::string(NSBOX_SOURCE_DIR) + "/tests/security";
+
+// What an attack's header asks of the harness: `# expect: WORD [ARG]` lines
+// and `# timeout: SECONDS`.
+struct Attack {
+  std::string name;
+  std::string code;          // prelude + attack
+  std::set<std::string> expect;
+  int timeout_s = 30;
+};
+
+Attack load_attack(const std::string& name) {
+  Attack a;
+  a.name = name;
+  const std::string body = slurp(kSecurityDir + "/attacks/" + name + ".py");
+  a.code = slurp(kSecurityDir + "/prelude.py") + "\n" + body;
+  static const std::regex expect_re("^# expect: (\\w+)", std::regex::multiline);
+  for (std::sregex_iterator it(body.begin(), body.end(), expect_re), end; it != end; ++it) a.expect.insert((*it)[1]);
+  static const std::regex timeout_re("^# timeout: (\\d+)", std::regex::multiline);
+  std::smatch m;
+  if (std::regex_search(body, m, timeout_re)) a.timeout_s = std::stoi(m[1]);
+  return a;
+}
+
+std::vector<std::string> attack_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(kSecurityDir + "/attacks"))
+    if (e.path().extension() == ".py") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The host-side bait, shared by all attacks of the binary.
+class Bait {
+ public:
+  Bait() : secret_(unique_token("nsbox-secret-")), marker_(unique_token("nsbox-marker-")) {
+    secret_dir_ = "/var/tmp/" + unique_token("nsbox-sec-");
+    std::filesystem::create_directories(secret_dir_);
+    secret_path_ = secret_dir_ + "/secret.txt";
+    std::ofstream(secret_path_) << "host secret: " << secret_ << "\n";
+    ::chmod(secret_path_.c_str(), 0644);  // readable by anyone: only isolation may stop the read
+    ::chmod(secret_dir_.c_str(), 0755);
+    ::setenv("NSBOX_SECRET_TOKEN", secret_.c_str(), 1);  // inherited by nsbox run, never by the sandbox
+    tcp_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(tcp_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(tcp_, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(tcp_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    abstract_ = unique_token("nsbox-abstract-");
+    unix_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un u{};
+    u.sun_family = AF_UNIX;
+    std::memcpy(u.sun_path + 1, abstract_.data(), abstract_.size());
+    ::bind(unix_, reinterpret_cast<sockaddr*>(&u),
+           static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_.size()));
+    ::listen(unix_, 16);
+  }
+  ~Bait() {
+    ::close(tcp_);
+    ::close(unix_);
+    std::filesystem::remove_all(secret_dir_);
+    ::unsetenv("NSBOX_SECRET_TOKEN");
+  }
+
+  json params() const {
+    return {{"secret_path", secret_path_}, {"secret", secret_}, {"host_pid", ::getpid()},
+            {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_}};
+  }
+  const std::string& secret() const { return secret_; }
+  const std::string& marker() const { return marker_; }
+
+ private:
+  std::string secret_, marker_, secret_dir_, secret_path_, abstract_;
+  int tcp_ = -1, unix_ = -1, port_ = 0;
+};
+
+Bait* bait = nullptr;
+NodeProcess* node = nullptr;
+
+// ctest runs each test in a process of its own: the node is started only by
+// the tests that use it.
+NodeProcess& the_node() {
+  if (!node) {
+    node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\ndefault_tenant: attacker\n"
+                           "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n");
+    EXPECT_TRUE(node->ready()) << node->log();
+  }
+  return *node;
+}
+
+class SecurityEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { bait = new Bait; }
+  void TearDown() override {
+    delete node;
+    delete bait;
+  }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new SecurityEnvironment);
+
+// What one run of an attack came back with, from either path.
+struct Outcome {
+  std::string status;       // ok, error, timeout, oom, killed, exit_nonzero
+  json verdict;             // {"stopped": bool, "detail": str} or null
+  bool stdout_truncated = false;
+  std::vector<std::string> artifact_contents;
+  std::string raw;          // for failure messages
+};
+
+Outcome run_through_cli(const Attack& a) {
+  const std::string footer =
+      "\nimport json as _json, sys as _sys\n"
+      "class _Args:\n    def __init__(self, p):\n        self.params = p\n"
+      "_v = main(_Args(_json.loads(_sys.argv[1])))\n"
+      "print('\\nNSBOX-VERDICT ' + _json.dumps(_v), flush=True)\n";
+  TempDir artifacts;
+  CliResult r = run_cli({"run", "--json", "--timeout", std::to_string(a.timeout_s), "--artifacts",
+                         artifacts.path() + "/out", "--", "python3", "-c", a.code + footer, bait->params().dump()});
+  Outcome o;
+  o.raw = r.out.substr(0, 2000) + r.err.substr(0, 500);
+  json j = json::parse(r.out, nullptr, false);
+  if (j.is_discarded()) return o;
+  o.status = j.value("status", "");
+  o.stdout_truncated = j.value("stdout_truncated", false);
+  const std::string out = j.value("stdout", "");
+  size_t at = out.rfind("NSBOX-VERDICT ");
+  if (at != std::string::npos) {
+    size_t end = out.find('\n', at);
+    o.verdict = json::parse(out.substr(at + 14, end == std::string::npos ? std::string::npos : end - at - 14), nullptr, false);
+    if (o.verdict.is_discarded()) o.verdict = nullptr;
+  }
+  if (o.status == "ok" && o.verdict.is_null()) o.status = "no verdict";
+  for (const auto& name : dir_entries(artifacts.path() + "/out")) o.artifact_contents.push_back(slurp(artifacts.path() + "/out/" + name));
+  return o;
+}
+
+Outcome run_through_node(const Attack& a) {
+  json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
+  auto r = post(the_node().client(), "/v1/runs", body.dump());
+  Outcome o;
+  if (!r) {
+    o.raw = "no HTTP answer";
+    return o;
+  }
+  o.raw = r->body.substr(0, 2000);
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) return o;
+  o.status = j.value("status", "");
+  o.stdout_truncated = j.value("stdout_truncated", false);
+  if (j["return"].is_object()) o.verdict = j["return"];
+  for (const auto& art : j.value("artifacts", json::array())) o.artifact_contents.push_back(art.value("content_base64", ""));
+  return o;
+}
+
+void check(const Attack& a, const Outcome& o) {
+  SCOPED_TRACE(o.raw);
+  const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
+  if (a.expect.count("killed")) {
+    EXPECT_EQ(o.status, "killed") << "the attack should have been killed";
+  } else if (a.expect.count("limit") && (o.status == "oom" || o.status == "timeout" || o.status == "killed")) {
+    // Ended by a limit: stopped.
+  } else if (a.expect.count("truncated") && o.stdout_truncated && !o.verdict.is_object()) {
+    // The verdict line itself was cut by the cap.
+  } else {
+    EXPECT_TRUE(stopped) << a.name << ": " << (o.verdict.is_object() ? o.verdict.value("detail", "") : "status " + o.status);
+  }
+  if (a.expect.count("truncated")) {
+    EXPECT_TRUE(o.stdout_truncated) << "the output flood was not capped";
+  }
+  if (a.expect.count("no_process")) {
+    EXPECT_TRUE(wait_for_no_process(bait->marker(), 5000)) << "a process of the run survived it";
+  }
+  for (const auto& content : o.artifact_contents) {
+    EXPECT_EQ(content.find(bait->secret()), std::string::npos) << "an artifact carried the host secret";
+    EXPECT_EQ(content.find("aG9zdCBzZWNyZXQ"), std::string::npos) << "an artifact carried the host secret (base64)";
+  }
+}
+
+class Escape : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Escape, StoppedThroughNsboxRun) {
+  Attack a = load_attack(GetParam());
+  check(a, run_through_cli(a));
+}
+
+TEST_P(Escape, StoppedThroughTheNode) {
+  Attack a = load_attack(GetParam());
+  check(a, run_through_node(a));
+}
+
+INSTANTIATE_TEST_SUITE_P(Attacks, Escape, ::testing::ValuesIn(attack_names()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(EscapeSuite, HasAtLeastFiftyAttacks) { EXPECT_GE(attack_names().size(), 50u); }
+
+}  // namespace
+}  // namespace nsbox::testing
