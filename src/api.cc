@@ -74,7 +74,7 @@ DecodedRequest decode_run_request(std::string_view body, std::optional<Language>
   json j;
   try {
     j = json::parse(body.begin(), body.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     d.error = "request body is not valid JSON: " + parse_error_message(e.what());
     return d;
   }

@@ -105,22 +105,54 @@ void fail(const std::string& file, const YAML::Mark& mark, const std::string& me
   throw ProfileError(file, one_based(mark.line), one_based(mark.column), message);
 }
 
+// Where a second YAML document starts (1-based line and column), or line 0.
+// yaml-cpp's LoadAll would tell, but it loops forever allocating on some
+// malformed inputs (found by tests/fuzz), so the text is scanned instead: a
+// document marker (--- or ...) after content, then the next content.
+std::pair<int, int> second_document(const std::string& text) {
+  bool content = false, ended = false;
+  int line = 0;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string_view l(text.data() + start, end - start);
+    ++line;
+    start = end + 1;
+    const bool marker = l.substr(0, 3) == "---" || l.substr(0, 3) == "...";
+    if (marker && (l.size() == 3 || l[3] == ' ' || l[3] == '\t' || l[3] == '\r')) {
+      const size_t rest = l.find_first_not_of(" \t\r", 3);
+      const bool inline_content = rest != std::string_view::npos && l[rest] != '#';
+      if (content && (ended || l[0] == '-') && inline_content) return {line, static_cast<int>(rest) + 1};
+      if (content) ended = true;
+      if (inline_content) content = true;
+      continue;
+    }
+    const size_t first = l.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos || l[first] == '#') continue;
+    if (ended) return {line, static_cast<int>(first) + 1};
+    content = true;
+  }
+  return {0, 0};
+}
+
 YAML::Node parse_document(const std::string& file, const std::string& text) {
-  std::vector<YAML::Node> docs;
+  auto [line, column] = second_document(text);
+  if (line > 0) {
+    throw ProfileError(file, line, column, "a second YAML document: a file holds exactly one");
+  }
+  YAML::Node doc;
   try {
-    docs = YAML::LoadAll(text);
+    doc = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     fail(file, e.mark, "YAML syntax error: " + e.msg);
   } catch (const YAML::Exception& e) {
     fail(file, e.mark, "YAML error: " + e.msg);
   }
-  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+  if (!doc || doc.IsNull()) {
     fail(file, YAML::Mark::null_mark(), "the file is empty: expected a map of keys");
   }
-  if (docs.size() > 1) {
-    fail(file, docs[1].Mark(), "a second YAML document: a file holds exactly one");
-  }
-  return docs[0];
+  return doc;
 }
 
 std::string read_file(const std::string& path) {

@@ -139,6 +139,12 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
   }
 }
 
+TEST(NodeConfig, InputThatMadeYamlCppLoopIsRefused) {
+  // Found by tests/fuzz: yaml-cpp's LoadAll allocates forever on this.
+  std::string e = load_error("  ,- a[dress:,Y}\n.nandefgins: [\"htt[mpleM-k\"]}\n");
+  EXPECT_NE(e.find("node.yaml:"), std::string::npos) << e;
+}
+
 TEST(NodeConfig, TokenFilesMustBePrivate) {
   auto dir = std::filesystem::temp_directory_path() / ("nsbox-node-unit-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -231,6 +237,13 @@ TEST(DecodeRunRequest, RefusesDeepNestingBeforeParsing) {
   auto d = decode_run_request(body, std::nullopt);
   EXPECT_FALSE(d.request);
   EXPECT_EQ(d.error, "request body is nested deeper than 1000 levels");
+}
+
+TEST(DecodeRunRequest, NumbersTooLargeForADoubleAreA400NotAnException) {
+  // Found by tests/fuzz: nlohmann reports 1e3084 as out_of_range, not parse_error.
+  auto d = decode_run_request(R"({"timeout": 1e3084, "code": "x"})", std::nullopt);
+  EXPECT_FALSE(d.request);
+  EXPECT_NE(d.error.find("request body is not valid JSON: number overflow"), std::string::npos) << d.error;
 }
 
 TEST(DecodeRunRequest, UnsupportedLanguages) {

@@ -1,4 +1,5 @@
 """Search every readable file of the sandbox for the host's secret."""
+# timeout: 300
 def main(args):
     secret = args.params["secret"].encode()
     checked = 0

@@ -1,4 +1,5 @@
 """Find a setuid or setgid binary to gain privileges."""
+# timeout: 300
 def main(args):
     import stat
     found = []
