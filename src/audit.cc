@@ -51,6 +51,8 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["peak_memory_bytes"] = usage.value("peak_memory_bytes", json(nullptr));
   j["limits_hit"] = r.contains("limits_hit") ? r["limits_hit"] : json::array();
   j["warnings"] = r.contains("warnings") ? r["warnings"] : json::array();
+  // What the code tried and the filter refused: the first sign of an attack.
+  j["denied_syscalls"] = r.contains("denied_syscalls") ? r["denied_syscalls"] : json::object();
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,27 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   fail(c, "execve", file, last_err, last_err == ENOENT ? 127 : 126);
 }
 
+// One fd over a unix socket, with raw syscalls only. Returns 0 or errno.
+int send_fd(int sock, int fd) noexcept {
+  char tag = 'L';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = buf;
+  msg.msg_controllen = sizeof buf;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  while (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
 // The workload: stdio, rlimits, cwd, the sandbox user, no capabilities,
 // no_new_privs, seccomp last, then execve.
 [[noreturn]] void become_workload(const ChildConfig& c) noexcept {
@@ -133,7 +155,13 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   const char* step = nullptr;
   if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "workload", err);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
-  if (int err = load_seccomp_program(c.seccomp)) fail(c, "seccomp", "load filter", err);
+  int listener = -1;
+  if (int err = load_seccomp_program(c.seccomp, &listener)) fail(c, "seccomp", "load filter", err);
+  if (listener >= 0) {
+    if (int err = send_fd(c.notify_sock, listener)) fail(c, "sendmsg", "seccomp listener", err);
+    ::close(listener);
+  }
+  ::close(c.notify_sock);
   exec_in_path(c);
 }
 
@@ -219,7 +247,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // PID 1 keeps nothing of the workload's plumbing and no privilege. It runs
   // as the same user as the workload (to forward signals) but is not
   // dumpable, so the workload cannot read or steer it through /proc.
-  for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd, c.result_fd}) {
+  for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd, c.result_fd, c.notify_sock}) {
     if (fd >= 0) ::close(fd);
   }
   if (c.caps->clear_process_sets(&step) != 0) ::kill(workload, SIGKILL);

@@ -31,6 +31,8 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["peak_memory_bytes"] = r.peak_memory_bytes >= 0 ? json(r.peak_memory_bytes) : json(nullptr);
   j["limits_hit"] = r.limits_hit;
   j["warnings"] = r.warnings;
+  j["denied_syscalls"] = json::object();
+  for (const auto& [name, count] : r.denied_syscalls) j["denied_syscalls"][name] = count;
   j["artifacts"] = json::array();
   for (const auto& a : r.artifacts) j["artifacts"].push_back({{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}});
   j["artifacts_refused"] = r.artifacts_refused;

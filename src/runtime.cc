@@ -147,6 +147,8 @@ nlohmann::ordered_json to_json(const ExecOutcome& o) {
                 {"peak_memory_bytes", o.run.peak_memory_bytes >= 0 ? json(o.run.peak_memory_bytes) : json(nullptr)}};
   j["limits_hit"] = o.run.limits_hit;
   j["warnings"] = o.run.warnings;
+  j["denied_syscalls"] = json::object();
+  for (const auto& [name, count] : o.run.denied_syscalls) j["denied_syscalls"][name] = count;
   return j;
 }
 

@@ -6,7 +6,11 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,6 +22,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "nsbox/child.h"
@@ -140,6 +145,7 @@ struct Observation {
   bool cancelled = false;
   int init_status = 0;
   rusage usage{};
+  std::map<std::string, uint64_t> denied;  // syscalls the filter refused, by name
 };
 
 // What the supervision loop watches.
@@ -156,7 +162,48 @@ struct Watch {
   std::optional<Clock::time_point> deadline;
   RunCgroup* cgroup = nullptr;
   std::chrono::milliseconds cpu_time{0};  // enforced from the cgroup's usage
+  UniqueFd notify_sock;  // the workload sends its seccomp listener here
+  UniqueFd listener;     // then: denied calls to answer and record
 };
+
+// Distinct names recorded per run: a workload cycling through syscall
+// numbers must not grow the supervisor's memory.
+constexpr size_t kMaxDeniedNames = 64;
+
+int receive_fd(int sock) {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = buf;
+  msg.msg_controllen = sizeof buf;
+  if (::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) <= 0) return -1;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  if (!cm || cm->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  return fd;
+}
+
+// One call the filter sent here: answered with kDeniedErrno (the workload
+// sees a plain EPERM) and counted by name for the Result.
+void answer_denied_call(Watch& w, Observation& obs) {
+  seccomp_notif req{};
+  if (::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+    if (errno != EINTR && errno != ENOENT) w.listener.reset();
+    return;
+  }
+  seccomp_notif_resp resp{};
+  resp.id = req.id;
+  resp.error = -kDeniedErrno;
+  ::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_SEND, &resp);  // ENOENT: the caller is gone
+  char* name = seccomp_syscall_resolve_num_arch(req.data.arch, static_cast<int>(req.data.nr));
+  std::string key = name ? name : "syscall " + std::to_string(req.data.nr);
+  std::free(name);
+  if (obs.denied.size() < kMaxDeniedNames || obs.denied.count(key)) ++obs.denied[key];
+}
 
 // How often the run's CPU usage is read when cpu_time is enforced.
 constexpr int kCpuTimeTickMs = 20;
@@ -196,7 +243,7 @@ Observation supervise(Watch w) {
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
 
-    pollfd fds[8];
+    pollfd fds[10];
     int n = 0;
     auto add = [&](int fd) {
       fds[n] = {fd, POLLIN, 0};
@@ -211,6 +258,8 @@ Observation supervise(Watch w) {
     int i_fd3 = w.fd3 && w.fd3->open() ? add(w.fd3->fd()) : -1;
     int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
     if (i_in >= 0) fds[i_in].events = POLLOUT;
+    int i_nsock = w.notify_sock ? add(w.notify_sock.get()) : -1;
+    int i_listen = w.listener ? add(w.listener.get()) : -1;
 
     int timeout_ms = -1;
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
@@ -250,6 +299,15 @@ Observation supervise(Watch w) {
       }
     }
     if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) feed_stdin(w, stdin_offset);
+    if (readable(i_nsock)) {
+      w.listener.reset(receive_fd(w.notify_sock.get()));
+      w.notify_sock.reset();
+    }
+    if (i_listen >= 0 && (fds[i_listen].revents & POLLIN)) {
+      answer_denied_call(w, obs);
+    } else if (i_listen >= 0 && (fds[i_listen].revents & (POLLHUP | POLLERR))) {
+      w.listener.reset();  // no process of the run holds the filter any more
+    }
     if (readable(i_fd3)) w.fd3->on_readable();
     if (readable(i_out)) w.out->on_readable();
     if (readable(i_errout)) w.err->on_readable();
@@ -480,7 +538,11 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       }
       if (spec.capture_fd3) fd3_pipe = Pipe::create();
     }
-    std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get()};
+    int notify_pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, notify_pair) != 0)
+      throw SysError("socketpair", "seccomp notification", errno);
+    UniqueFd notify_recv(notify_pair[0]), notify_send(notify_pair[1]);
+    std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get(), notify_send.get()};
     if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
     std::sort(keep.begin(), keep.end());
@@ -508,12 +570,14 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .rlimit_count = rlimits.size(),
         .caps = &caps_,
         .seccomp = seccomp_for(spec.seccomp).program(),
+        .notify_sock = notify_send.get(),
         .cmdline_start = reinterpret_cast<char*>(cmdline_.first),
         .cmdline_size = cmdline_.second - cmdline_.first,
     };
 
     SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);
     sync.read.reset();
+    notify_send.reset();
     errors.write.reset();
     reports.write.reset();
     stdin_source.reset();
@@ -557,10 +621,13 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
                 .cancel_fd = cancel_fd,
                 .deadline = std::nullopt,
                 .cgroup = cgroup.get(),
-                .cpu_time = spec.limits.cpu_time};
+                .cpu_time = spec.limits.cpu_time,
+                .notify_sock = std::move(notify_recv),
+                .listener = UniqueFd()};
     if (spec.limits.wall_time.count() > 0) watch.deadline = start + spec.limits.wall_time;
     Observation obs = supervise(std::move(watch));
     fill_outcome(obs, result);
+    result.denied_syscalls = std::move(obs.denied);
     result.cpu_ms = to_ms(obs.usage.ru_utime) + to_ms(obs.usage.ru_stime);
     if (out) {
       result.stdout_data = std::move(out->data());

@@ -153,6 +153,11 @@ FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<Secc
   return ctx;
 }
 
+// EPERM rules go to the supervisor (user notification), which answers
+// kDeniedErrno and records the call for the Result; ENOSYS rules answer in
+// the kernel, since runtimes hit them on every start and fall back.
+uint32_t deny_action(int err) { return err == EPERM ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(err); }
+
 }  // namespace
 
 void SeccompProgram::finish(void* ctx) {
@@ -167,25 +172,24 @@ SeccompProgram SeccompProgram::default_policy() {
   FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules);
 
   for (const auto& rule : kDenyRules) {
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(rule.err), resolve(rule.syscall), 0),
-          rule.syscall);
+    check(seccomp_rule_add(ctx.get(), deny_action(rule.err), resolve(rule.syscall), 0), rule.syscall);
     rules.push_back({rule.syscall, "", rule.err == EPERM ? "EPERM" : "ENOSYS", rule.reason});
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("clone"), 1,
+    check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("clone"), 1,
                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);
     rules.push_back({"clone", std::string("flags has ") + name, "EPERM",
                      "nested namespaces are kernel attack surface"});
   }
   for (const auto& [request, name] : kDeniedIoctls) {
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("ioctl"), 1,
+    check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("ioctl"), 1,
                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffu, request)),
           std::string("ioctl ") + name);
     rules.push_back({"ioctl", std::string("request is ") + name, "EPERM",
                      "injecting input into or steering a shared terminal"});
   }
-  check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EPERM), resolve("personality"), 1,
+  check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("personality"), 1,
                          SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
         "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", "EPERM",
@@ -237,7 +241,7 @@ void allow_ioctl_except_denied(scmp_filter_ctx ctx) {
 SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscalls) {
   SeccompProgram program;
   auto& rules = program.rules_;
-  FilterCtx ctx = new_filter(SCMP_ACT_ERRNO(EPERM), "allow list", rules);
+  FilterCtx ctx = new_filter(deny_action(EPERM), "allow list", rules);
   rules.push_back({"(any)", "not in the allow list", "EPERM", "only what the profile allows"});
   // Runtimes fall back from these on ENOSYS, never on EPERM.
   for (const auto& rule : kDenyRules) {
@@ -314,8 +318,18 @@ const std::vector<std::string>& SeccompProgram::strict_syscalls() {
 
 SeccompProgram SeccompProgram::strict_policy() { return allow_list(strict_syscalls()); }
 
-int load_seccomp_program(const sock_fprog* prog) noexcept {
-  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) != 0) return errno;
+int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept {
+  long fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
+  if (fd < 0 && errno == EINVAL) {
+    // A kernel without user notification (< 5.0): load it plain, notified
+    // calls then fail with ENOSYS.
+    fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog);
+    if (fd != 0) return errno;
+    *listener = -1;
+    return 0;
+  }
+  if (fd < 0) return errno;
+  *listener = static_cast<int>(fd);
   return 0;
 }
 

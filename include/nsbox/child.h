@@ -40,6 +40,9 @@ struct ChildConfig {
   size_t rlimit_count;
   const CapabilityDrop* caps;
   const sock_fprog* seccomp;
+  // Write end of a SOCK_SEQPACKET pair: the workload sends the seccomp
+  // notification fd over it (SCM_RIGHTS) right before execve.
+  int notify_sock;
   // The supervisor's command line in memory: PID 1 is its copy and blanks it,
   // else /proc/1/cmdline shows the workload the supervisor's argv.
   char* cmdline_start;

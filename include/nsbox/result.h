@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ struct Result {
   // wall_time, output.
   std::vector<std::string> limits_hit;
   std::vector<std::string> warnings;  // e.g. a limit not enforced under best-effort
+  // Calls the seccomp filter refused (answered EPERM), by name, with counts.
+  std::map<std::string, uint64_t> denied_syscalls;
   std::vector<Artifact> artifacts;    // files the run left in <workspace>/out
   std::vector<std::string> artifacts_refused;  // what was not returned, and why
   std::string error;           // setup failure as "step object: strerror"

@@ -4,6 +4,8 @@
 
 #include <linux/filter.h>
 
+#include <cerrno>
+
 #include <string>
 #include <vector>
 
@@ -52,6 +54,13 @@ class SeccompProgram {
 };
 
 // Loads prog into the calling thread. Async-signal-safe; returns 0 or errno.
-int load_seccomp_program(const sock_fprog* prog) noexcept;
+// The EPERM rules of every policy are SECCOMP_RET_USER_NOTIF: the supervisor
+// answers them (EPERM) and records which call was denied. *listener receives
+// the notification fd (close-on-exec), or -1 when it could not be created; a
+// notified call without a listener fails with ENOSYS.
+int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept;
+
+// The errno every notified (denied) call answers.
+constexpr int kDeniedErrno = EPERM;
 
 }  // namespace nsbox

@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <seccomp.h>
+
+#include <set>
+
 #include "fixture.h"
 
 namespace nsbox::testing {
@@ -263,6 +267,79 @@ TEST(Isolation, UnprivilegedCallerGetsItsOwnUid) {
   EXPECT_EQ(std::string(map).find(" 0 "), std::string::npos) << map;
   // The only host id an unprivileged user may map is its own.
   EXPECT_NE(map.find("65534      65534          1"), std::string::npos) << map;
+}
+
+}  // namespace
+}  // namespace nsbox::testing
+
+namespace nsbox::testing {
+namespace {
+
+// Denied calls reach the supervisor (seccomp user notification): the
+// workload sees EPERM as before, and the Result names each call.
+TEST(SeccompNotify, DeniedCallsAreAnsweredEpermAndNamedInTheResult) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes\n"
+                               "l = ctypes.CDLL(None, use_errno=True)\n"
+                               "out = []\n"
+                               "for nr, args in ((101, (16, 1, 0, 0)), (101, (0, 0, 0, 0)), (250, (0, -3, 0))):\n"
+                               "    r = l.syscall(nr, *args)\n"
+                               "    out.append(f'{r} {ctypes.get_errno()}')\n"
+                               "print(', '.join(out))\n"});
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
+  EXPECT_EQ(r.stdout_data, "-1 1, -1 1, -1 1\n") << "each denied call must fail with EPERM (1)";
+  EXPECT_EQ(r.denied_syscalls, (std::map<std::string, uint64_t>{{"keyctl", 1}, {"ptrace", 2}}));
+}
+
+TEST(SeccompNotify, CallsFromChildProcessesAndThreadsAreNamedToo) {
+  RunSpec spec = capture_spec({"sh", "-c", "python3 -c 'import os; os.chroot(\"/tmp\")' 2>/dev/null; "
+                                           "unshare -U true 2>/dev/null; echo done"});
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
+  EXPECT_EQ(r.stdout_data, "done\n");
+  EXPECT_EQ(r.denied_syscalls.count("chroot"), 1u);
+  EXPECT_EQ(r.denied_syscalls.count("unshare"), 1u);
+}
+
+TEST(SeccompNotify, AStrictPolicyNamesWhatIsNotInItsList) {
+  RunSpec spec = capture_spec({"python3", "-c", "import os\ntry:\n    os.sync()\nexcept OSError as e:\n    print(e.errno)\n"});
+  spec.seccomp = SeccompChoice{.kind = SeccompChoice::kStrict, .allow = {}};
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
+  EXPECT_EQ(r.denied_syscalls.count("sync"), 1u) << "sync is not in the strict list";
+}
+
+TEST(SeccompNotify, ADeniedCallStormStaysBoundedInTheResult) {
+  // Under the strict policy, 150 distinct syscalls outside its list (none of
+  // them runs: each is refused before the kernel acts), three times each:
+  // every one fails with EPERM, the run ends normally and the Result keeps
+  // at most 64 names.
+  std::set<std::string> allowed(SeccompProgram::strict_syscalls().begin(), SeccompProgram::strict_syscalls().end());
+  std::string numbers;
+  int count = 0;
+  for (int nr = 0; nr < 460 && count < 150; ++nr) {
+    char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr);
+    if (!name) continue;
+    std::string n = name;
+    std::free(name);
+    if (allowed.count(n) || n == "clone3" || n.rfind("io_uring", 0) == 0) continue;
+    numbers += (numbers.empty() ? "" : ",") + std::to_string(nr);
+    ++count;
+  }
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
+                               "for _ in range(3):\n"
+                               "    for nr in (" + numbers + ",):\n"
+                               "        if l.syscall(nr, 0, 0, 0, 0, 0) != -1 or ctypes.get_errno() != 1:\n"
+                               "            bad.append(nr)\n"
+                               "print('ok' if not bad else bad)\n"});
+  spec.seccomp = SeccompChoice{.kind = SeccompChoice::kStrict, .allow = {}};
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
+  EXPECT_EQ(r.stdout_data, "ok\n");
+  EXPECT_EQ(r.denied_syscalls.size(), 64u);
+  for (const auto& [name, n] : r.denied_syscalls) EXPECT_EQ(n, 3u) << name;
 }
 
 }  // namespace

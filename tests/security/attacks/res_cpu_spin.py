@@ -1,4 +1,5 @@
 """Spin on every CPU forever."""
+# timeout: 3
 # expect: limit
 def main(args):
     import threading
