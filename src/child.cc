@@ -6,7 +6,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 #include <cstring>
 
 #include "nsbox/child_report.h"
+#include "nsbox/fd_passing.h"
 #include "nsbox/netns.h"
 #include "nsbox/seccomp.h"
 
@@ -108,27 +108,6 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   fail(c, "execve", file, last_err, last_err == ENOENT ? 127 : 126);
 }
 
-// One fd over a unix socket, with raw syscalls only. Returns 0 or errno.
-int send_fd(int sock, int fd) noexcept {
-  char tag = 'L';
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof buf;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-  while (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
-    if (errno != EINTR) return errno;
-  }
-  return 0;
-}
-
 // The workload: stdio, rlimits, cwd, the sandbox user, no capabilities,
 // no_new_privs, seccomp last, then execve.
 [[noreturn]] void become_workload(const ChildConfig& c) noexcept {
@@ -158,7 +137,7 @@ int send_fd(int sock, int fd) noexcept {
   int listener = -1;
   if (int err = load_seccomp_program(c.seccomp, &listener)) fail(c, "seccomp", "load filter", err);
   if (listener >= 0) {
-    if (int err = send_fd(c.notify_sock, listener)) fail(c, "sendmsg", "seccomp listener", err);
+    if (int err = send_fd(c.notify_sock, listener, 'L')) fail(c, "sendmsg", "seccomp listener", err);
     ::close(listener);
   }
   ::close(c.notify_sock);

@@ -28,6 +28,7 @@
 #include "nsbox/child.h"
 #include "nsbox/child_report.h"
 #include "nsbox/error.h"
+#include "nsbox/fd_passing.h"
 #include "nsbox/io.h"
 #include "nsbox/mounts.h"
 #include "nsbox/rlimits.h"
@@ -170,23 +171,6 @@ struct Watch {
 // numbers must not grow the supervisor's memory.
 constexpr size_t kMaxDeniedNames = 64;
 
-int receive_fd(int sock) {
-  char tag = 0;
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof buf;
-  if (::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) <= 0) return -1;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  if (!cm || cm->cmsg_type != SCM_RIGHTS) return -1;
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-  return fd;
-}
-
 // One call the filter sent here: answered with kDeniedErrno (the workload
 // sees a plain EPERM) and counted by name for the Result.
 void answer_denied_call(Watch& w, Observation& obs) {
@@ -300,7 +284,9 @@ Observation supervise(Watch w) {
     }
     if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) feed_stdin(w, stdin_offset);
     if (readable(i_nsock)) {
-      w.listener.reset(receive_fd(w.notify_sock.get()));
+      char tag = 0;
+      int fd = receive_fd(w.notify_sock.get(), &tag);
+      w.listener.reset(fd >= 0 ? fd : -1);
       w.notify_sock.reset();
     }
     if (i_listen >= 0 && (fds[i_listen].revents & POLLIN)) {

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "nsbox/error.h"
+#include "nsbox/fd_passing.h"
 #include "nsbox/io.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
@@ -42,43 +43,19 @@ void send_all(int fd, const char* data, size_t size, const char* step) {
   }
 }
 
-void send_fd(int control, int fd) {
-  char tag = kJob;
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof buf;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  while (::sendmsg(control, &msg, MSG_NOSIGNAL) < 0) {
-    if (errno != EINTR) throw SysError("send job to spawner", "control socket", errno);
-  }
+void send_job_fd(int control, int fd) {
+  if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
 }
 
-// One message from the control socket: the job's fd, or -1 at EOF.
-int receive_fd(int control) {
+// One message from the control socket: the job's fd, -1 at EOF, -2 for
+// anything else.
+int receive_job_fd(int control) {
   char tag = 0;
-  iovec iov{&tag, 1};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = sizeof buf;
-  ssize_t n;
-  do n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (tag != kJob || !c || c->cmsg_type != SCM_RIGHTS) return -2;
-  int fd;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  int fd = receive_fd(control, &tag);
+  if (fd >= 0 && tag != kJob) {
+    ::close(fd);
+    return -2;
+  }
   return fd;
 }
 
@@ -215,7 +192,7 @@ void reap(std::set<pid_t>& workers) {
       reap(workers);
     }
     if (!fds[1].revents) continue;
-    int job_fd = receive_fd(control.get());
+    int job_fd = receive_job_fd(control.get());
     if (job_fd == -1) {
       closing = true;  // the server is gone or done: finish the runs, then exit
       continue;
@@ -273,7 +250,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   UniqueFd mine(sv[0]), theirs(sv[1]);
   {
     std::lock_guard<std::mutex> lock(*send_mutex_);
-    send_fd(control_.get(), theirs.get());
+    send_job_fd(control_.get(), theirs.get());
   }
   theirs.reset();
   std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);

@@ -1,0 +1,58 @@
+#include "nsbox/fd_passing.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace nsbox {
+namespace {
+
+// A message of one tag byte with room for one fd.
+struct FdMessage {
+  char tag = 0;
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+}  // namespace
+
+int send_fd(int sock, int fd, char tag) noexcept {
+  FdMessage m;
+  m.tag = tag;
+  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+  while (::sendmsg(sock, &m.msg, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
+int receive_fd(int sock, char* tag) noexcept {
+  FdMessage m;
+  ssize_t n;
+  do n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  *tag = m.tag;
+  cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);
+  if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) return -2;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  return fd;
+}
+
+}  // namespace nsbox
