@@ -20,7 +20,10 @@ Admission::Verdict Admission::acquire() {
   changed_.wait(lock, [&] { return closed_ || (serving_ == ticket && running_ < max_running_); });
   --queued_;
   ++serving_;
-  if (closed_) return Verdict::kClosed;
+  if (closed_) {
+    changed_.notify_all();  // wait_idle may be waiting for the queue to empty
+    return Verdict::kClosed;
+  }
   ++running_;
   changed_.notify_all();  // the next ticket may fit too
   return Verdict::kAdmitted;

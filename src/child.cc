@@ -135,12 +135,13 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "workload", err);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
   int listener = -1;
-  if (int err = load_seccomp_program(c.seccomp, &listener)) fail(c, "seccomp", "load filter", err);
+  if (int err = load_seccomp_program(c.seccomp, c.notify_sock >= 0 ? &listener : nullptr))
+    fail(c, "seccomp", "load filter", err);
   if (listener >= 0) {
     if (int err = send_fd(c.notify_sock, listener, 'L')) fail(c, "sendmsg", "seccomp listener", err);
     ::close(listener);
   }
-  ::close(c.notify_sock);
+  if (c.notify_sock >= 0) ::close(c.notify_sock);
   exec_in_path(c);
 }
 
@@ -219,6 +220,9 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   sigset_t all;
   sigfillset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  // Not dumpable from before the workload exists: its execve makes only the
+  // workload dumpable again, and PID 1 is never open to it through /proc.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t workload = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
   if (workload < 0) fail(c, "fork", "workload", errno);
   if (workload == 0) become_workload(c);
@@ -231,7 +235,6 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   }
   if (c.caps->clear_process_sets(&step) != 0) ::kill(workload, SIGKILL);
   ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   run_init(workload, c.report_fd);
 }
 

@@ -46,6 +46,7 @@ int receive_fd(int sock, char* tag) noexcept {
   ssize_t n;
   do n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
+  if (n == 0) errno = 0;  // EOF, as opposed to an error
   if (n <= 0) return -1;
   *tag = m.tag;
   cmsghdr* cm = CMSG_FIRSTHDR(&m.msg);

@@ -176,7 +176,7 @@ class Node {
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                    size_t listener_index, bool native);
   void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res,
-                  size_t listener_index, bool native);
+                  const NodeConfig& cfg, const TenantConfig& tenant, size_t listener_index, bool native);
   void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
                   const Job& job, const JobResult& result, double seconds) const;
   void reload();
@@ -256,9 +256,20 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
+  auto cfg = config();
+  // Who is asking is decided from the headers, before a byte of the body is
+  // held: an anonymous client cannot make the node buffer bodies.
+  std::string why;
+  const TenantConfig* tenant = authenticate(*cfg, cfg->listeners[li], req, why);
+  if (!tenant) {
+    metrics_.rejected("unauthorized");
+    res.set_header("WWW-Authenticate", "Bearer");
+    res.set_header("Connection", "close");
+    return reply(req, res, 401, error_body(why));
+  }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
-  const uint64_t limit = config()->body_limit;
+  const uint64_t limit = cfg->body_limit;
   std::string body;
   bool too_large = false;
   reader([&](const char* data, size_t size) {
@@ -274,12 +285,12 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     res.set_header("Connection", "close");
     return reply(req, res, 413, error_body("request body exceeds the node's limit of " + format_size(limit)));
   }
-  handle_run(req, body, res, li, native);
+  handle_run(req, body, res, *cfg, *tenant, li, native);
 }
 
-void Node::handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, size_t li,
-                      bool native) {
-  auto cfg = config();
+void Node::handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res,
+                      const NodeConfig& cfg, const TenantConfig& tenant_ref, size_t li, bool native) {
+  const TenantConfig* tenant = &tenant_ref;
   if (t_shedding) {
     // Answered after the body was read: closing a socket with unread data
     // would reset the connection before the client sees the 429.
@@ -288,14 +299,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     res.set_header("Connection", "close");
     return reply(req, res, 429, error_body("too many requests: the node is at capacity; retry later"));
   }
-  const ListenerConfig& listener = cfg->listeners[li];
-  std::string why;
-  const TenantConfig* tenant = authenticate(*cfg, listener, req, why);
-  if (!tenant) {
-    metrics_.rejected("unauthorized");
-    res.set_header("WWW-Authenticate", "Bearer");
-    return reply(req, res, 401, error_body(why));
-  }
+  const ListenerConfig& listener = cfg.listeners[li];
   DecodedRequest decoded = decode_run_request(body, listener.language);
   if (!decoded.request) {
     metrics_.rejected("bad_request");
@@ -311,7 +315,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     case Admission::Verdict::kFull:
       metrics_.rejected("overload");
       res.set_header("Retry-After", "1");
-      return reply(req, res, 429, error_body("too many requests: all " + std::to_string(cfg->max_concurrent) +
+      return reply(req, res, 429, error_body("too many requests: all " + std::to_string(cfg.max_concurrent) +
                                              " sandboxes are busy and the queue is full; retry later"));
     case Admission::Verdict::kClosed:
       metrics_.rejected("shutting_down");
@@ -481,6 +485,9 @@ int Node::serve(const sigset_t& signals) {
     httplib::Server* raw = svr.get();
     servers_.push_back(std::move(svr));
     threads_.emplace_back([raw] { raw->listen_after_bind(); });
+    // cpp-httplib's stop() is a no-op until the listen loop runs: wait for
+    // it, so a SIGTERM right after start (or a later bind failure) stops it.
+    for (int w = 0; w < 5000 && !raw->is_running(); ++w) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     spdlog::info("listening on http://{}{}", l.address(),
                  l.language ? std::string(" (") + to_string(*l.language) + " only)" : "");
   }

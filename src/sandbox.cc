@@ -238,7 +238,7 @@ Observation supervise(Watch w) {
     int i_rep = w.report_fd ? add(w.report_fd.get()) : -1;
     int i_out = w.out && w.out->open() ? add(w.out->fd()) : -1;
     int i_errout = w.err && w.err->open() ? add(w.err->fd()) : -1;
-    int i_cancel = init_running && w.cancel_fd >= 0 ? add(w.cancel_fd) : -1;
+    int i_cancel = init_running && !obs.cancelled && w.cancel_fd >= 0 ? add(w.cancel_fd) : -1;
     int i_fd3 = w.fd3 && w.fd3->open() ? add(w.fd3->fd()) : -1;
     int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
     if (i_in >= 0) fds[i_in].events = POLLOUT;
@@ -533,6 +533,7 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
     std::sort(keep.begin(), keep.end());
 
+    const SeccompProgram& program = seccomp_for(spec.seccomp);
     ChildConfig config{
         .sync_fd = sync.read.get(),
         .error_fd = errors.write.get(),
@@ -555,8 +556,8 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .rlimits = rlimits.data(),
         .rlimit_count = rlimits.size(),
         .caps = &caps_,
-        .seccomp = seccomp_for(spec.seccomp).program(),
-        .notify_sock = notify_send.get(),
+        .seccomp = program.program(),
+        .notify_sock = program.notifies() ? notify_send.get() : -1,
         .cmdline_start = reinterpret_cast<char*>(cmdline_.first),
         .cmdline_size = cmdline_.second - cmdline_.first,
     };

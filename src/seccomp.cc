@@ -132,7 +132,7 @@ std::vector<sock_filter> export_bpf(scmp_filter_ctx ctx) {
 }  // namespace
 
 SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
-    : filter_(std::move(other.filter_)), rules_(std::move(other.rules_)) {
+    : filter_(std::move(other.filter_)), rules_(std::move(other.rules_)), notifies_(other.notifies_) {
   prog_.len = static_cast<unsigned short>(filter_.size());
   prog_.filter = filter_.data();
 }
@@ -241,7 +241,8 @@ void allow_ioctl_except_denied(scmp_filter_ctx ctx) {
 SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscalls) {
   SeccompProgram program;
   auto& rules = program.rules_;
-  FilterCtx ctx = new_filter(deny_action(EPERM), "allow list", rules);
+  program.notifies_ = std::find(syscalls.begin(), syscalls.end(), "sendmsg") != syscalls.end();
+  FilterCtx ctx = new_filter(program.notifies_ ? deny_action(EPERM) : SCMP_ACT_ERRNO(EPERM), "allow list", rules);
   rules.push_back({"(any)", "not in the allow list", "EPERM", "only what the profile allows"});
   // Runtimes fall back from these on ENOSYS, never on EPERM.
   for (const auto& rule : kDenyRules) {
@@ -319,17 +320,20 @@ const std::vector<std::string>& SeccompProgram::strict_syscalls() {
 SeccompProgram SeccompProgram::strict_policy() { return allow_list(strict_syscalls()); }
 
 int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept {
-  long fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
-  if (fd < 0 && errno == EINVAL) {
-    // A kernel without user notification (< 5.0): load it plain, notified
-    // calls then fail with ENOSYS.
-    fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog);
-    if (fd != 0) return errno;
+  long fd = -1;
+  if (listener) {
     *listener = -1;
-    return 0;
+    fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
+    if (fd >= 0) {
+      *listener = static_cast<int>(fd);
+      return 0;
+    }
+    // EINVAL: a kernel without user notification; EBUSY: an outer filter
+    // (e.g. a container manager's) already has a listener. Load it plain:
+    // denied calls then fail with ENOSYS instead of EPERM, still denied.
+    if (errno != EINVAL && errno != EBUSY) return errno;
   }
-  if (fd < 0) return errno;
-  *listener = static_cast<int>(fd);
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) != 0) return errno;
   return 0;
 }
 

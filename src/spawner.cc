@@ -140,12 +140,16 @@ std::string read_job(int fd) {
     result = run_job(launcher, decode_job(read_job(job_fd)), job_fd);
   } catch (const std::exception& e) {
     result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+  } catch (...) {
+    result = failure_result("The sandbox could not be started: unknown error");
   }
-  std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Nothing may unwind out of a forked worker into the server's main().
   try {
+    std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
     send_all(job_fd, text.data(), text.size(), "send result");
-  } catch (const SysError&) {
-    // The server went away; nothing is left to tell.
+  } catch (...) {
+    // The server went away, or the result could not be written: the server
+    // reports a worker that ended without a result.
   }
   ::_exit(0);
 }
@@ -192,9 +196,10 @@ void reap(std::set<pid_t>& workers) {
       reap(workers);
     }
     if (!fds[1].revents) continue;
+    errno = 0;
     int job_fd = receive_job_fd(control.get());
-    if (job_fd == -1) {
-      closing = true;  // the server is gone or done: finish the runs, then exit
+    if (job_fd == -1 && errno == 0) {
+      closing = true;  // EOF: the server is gone or done: finish the runs, then exit
       continue;
     }
     if (job_fd < 0) continue;
@@ -206,7 +211,11 @@ void reap(std::set<pid_t>& workers) {
       worker_main(*launcher, job_fd);
     }
     // On fork failure closing the job fd tells the server.
-    if (pid > 0) workers.insert(pid);
+    try {
+      if (pid > 0) workers.insert(pid);
+    } catch (...) {
+      // Out of memory for the set: the worker is still reaped by waitpid(-1).
+    }
     ::close(job_fd);
   }
   ::_exit(0);
@@ -223,7 +232,11 @@ Spawner Spawner::start(const LauncherOptions& options) {
   if (pid < 0) throw SysError("fork", "spawner", errno);
   if (pid == 0) {
     parent.reset();
-    spawner_main(options, std::move(child));
+    try {
+      spawner_main(options, std::move(child));
+    } catch (...) {
+      ::_exit(1);  // never unwind into the server's code in a forked copy
+    }
   }
   child.reset();
   Spawner s(pid, std::move(parent));

@@ -9,7 +9,7 @@ namespace nsbox {
 int send_fd(int sock, int fd, char tag) noexcept;
 
 // Receives one message: the fd (close-on-exec) and its tag. Returns -1 at
-// EOF or on error (errno set), -2 when the message carried no fd.
+// EOF (errno 0) or on error (errno set), -2 when the message carried no fd.
 int receive_fd(int sock, char* tag) noexcept;
 
 }  // namespace nsbox

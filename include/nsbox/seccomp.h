@@ -44,6 +44,10 @@ class SeccompProgram {
   const sock_fprog* program() const { return &prog_; }
   size_t instruction_count() const { return filter_.size(); }
   const std::vector<SeccompRuleInfo>& rules() const { return rules_; }
+  // Whether denied calls go to the supervisor (user notification). False for
+  // an allow list without sendmsg: the workload could not hand the listener
+  // over, and would wait forever on its own first denied call.
+  bool notifies() const { return notifies_; }
 
  private:
   SeccompProgram() = default;
@@ -51,13 +55,15 @@ class SeccompProgram {
   std::vector<sock_filter> filter_;
   sock_fprog prog_{};
   std::vector<SeccompRuleInfo> rules_;
+  bool notifies_ = true;
 };
 
 // Loads prog into the calling thread. Async-signal-safe; returns 0 or errno.
 // The EPERM rules of every policy are SECCOMP_RET_USER_NOTIF: the supervisor
 // answers them (EPERM) and records which call was denied. *listener receives
 // the notification fd (close-on-exec), or -1 when it could not be created; a
-// notified call without a listener fails with ENOSYS.
+// notified call without a listener fails with ENOSYS. listener may be null:
+// the filter is then loaded without one.
 int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept;
 
 // The errno every notified (denied) call answers.

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -46,7 +47,11 @@ class Spawner {
   // while the process is single-threaded.
   static Spawner start(const LauncherOptions& options);
 
-  Spawner(Spawner&&) = default;
+  Spawner(Spawner&& other) noexcept
+      : pid_(std::exchange(other.pid_, -1)),
+        control_(std::move(other.control_)),
+        send_mutex_(std::move(other.send_mutex_)) {}
+  Spawner& operator=(Spawner&&) = delete;
   ~Spawner();  // closes the control socket and waits for the spawner to exit
 
   // Thread-safe. Runs the job to completion and returns its result.

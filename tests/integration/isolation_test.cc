@@ -310,6 +310,24 @@ TEST(SeccompNotify, AStrictPolicyNamesWhatIsNotInItsList) {
   EXPECT_EQ(r.denied_syscalls.count("sync"), 1u) << "sync is not in the strict list";
 }
 
+TEST(SeccompNotify, AnAllowListWithoutSendmsgStillRunsAndDeniesWithEperm) {
+  // Such a workload cannot hand the listener over: the policy answers in the
+  // kernel instead (unnamed), rather than leaving the first denied call to
+  // wait for a supervisor that never gets the listener.
+  std::vector<std::string> list;
+  for (const auto& name : SeccompProgram::strict_syscalls())
+    if (name != "sendmsg") list.push_back(name);
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                               "print(l.syscall(101, 16, 1, 0, 0), ctypes.get_errno())\n"});
+  spec.seccomp = SeccompChoice{.kind = SeccompChoice::kAllowList, .allow = list};
+  spec.limits.wall_time = std::chrono::seconds(20);
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << "hung or failed: " << r.stderr_data << r.error;
+  EXPECT_EQ(r.stdout_data, "-1 1\n");
+  EXPECT_TRUE(r.denied_syscalls.empty());
+}
+
 TEST(SeccompNotify, ADeniedCallStormStaysBoundedInTheResult) {
   // Under the strict policy, 150 distinct syscalls outside its list (none of
   // them runs: each is refused before the kernel acts), three times each:
