@@ -33,6 +33,7 @@ json audit_record(const AuditContext& ctx, const json& r) {
   json usage = r.contains("usage") ? r["usage"] : json::object();
   json j;
   j["time"] = utc_timestamp();
+  j["event"] = "run";
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
   j["profile"] = get("profile");
@@ -53,7 +54,34 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["warnings"] = r.contains("warnings") ? r["warnings"] : json::array();
   // What the code tried and the filter refused: the first sign of an attack.
   j["denied_syscalls"] = r.contains("denied_syscalls") ? r["denied_syscalls"] : json::object();
+  json network = r.contains("network") ? r["network"] : json(nullptr);
+  if (network.is_object()) {
+    j["network"] = {{"allowed", network.value("allowed", 0)},
+                    {"denied", network.value("denied", 0)},
+                    {"failed", network.value("failed", 0)},
+                    {"bytes_sent", network.value("bytes_sent", 0)},
+                    {"bytes_received", network.value("bytes_received", 0)}};
+  } else {
+    j["network"] = nullptr;
+  }
   return j;
+}
+
+std::vector<json> egress_audit_records(const AuditContext& ctx, const json& r) {
+  std::vector<json> out;
+  if (!r.contains("network") || !r["network"].is_object()) return out;
+  const json& connections = r["network"].value("connections", json::array());
+  for (const auto& c : connections) {
+    json j;
+    j["time"] = utc_timestamp();
+    j["event"] = "egress";
+    j["run_id"] = ctx.run_id;
+    j["tenant"] = ctx.tenant;
+    for (const char* key : {"protocol", "host", "port", "address", "verdict", "reason", "bytes_sent", "bytes_received"})
+      j[key] = c.value(key, json(nullptr));
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 AuditLog::AuditLog(const std::string& path) : path_(path) {

@@ -145,6 +145,17 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   exec_in_path(c);
 }
 
+// The egress proxy's socket is created here, inside the sandbox's network
+// namespace, and served by the supervisor outside it. No process of the
+// sandbox keeps it: the workload can neither accept on it nor close it.
+void hand_over_proxy_listener(const ChildConfig& c) noexcept {
+  int fd = listen_on_loopback(c.proxy_port);
+  if (fd < 0) fail(c, "listen", "egress proxy socket 127.0.0.1", -fd);
+  if (int err = send_fd(c.proxy_sock, fd, 'P')) fail(c, "sendmsg", "egress proxy socket", err);
+  ::close(fd);
+  ::close(c.proxy_sock);
+}
+
 void send_report(int fd, InitReport report) noexcept {
   while (::write(fd, &report, sizeof(report)) < 0 && errno == EINTR) {
   }
@@ -208,6 +219,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);
   if (::sethostname(c.hostname, std::strlen(c.hostname)) != 0) fail(c, "sethostname", c.hostname, errno);
   if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
+  if (c.proxy_sock >= 0) hand_over_proxy_listener(c);
 
   // The second byte: PID 1 is in the run's cgroup (on cgroup v1 the
   // supervisor moves it while the mounts above are made: the move waits for

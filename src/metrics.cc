@@ -36,6 +36,15 @@ void Metrics::run_finished(const std::string& tenant, const std::string& languag
   if (status == "timeout") ++timeouts_;
 }
 
+void Metrics::egress_finished(const std::string& tenant, const nlohmann::ordered_json& network) {
+  if (!network.is_object()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const char* verdict : {"allowed", "denied", "failed"})
+    egress_connections_[{tenant, verdict}] += network.value(verdict, uint64_t{0});
+  egress_bytes_[{tenant, "sent"}] += network.value("bytes_sent", uint64_t{0});
+  egress_bytes_[{tenant, "received"}] += network.value("bytes_received", uint64_t{0});
+}
+
 void Metrics::rejected(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++rejected_[reason];
@@ -63,6 +72,16 @@ std::string Metrics::render(const Gauges& g) const {
     out << "nsbox_run_duration_seconds_sum{language=\"" << label(language) << "\"} " << h.sum << "\n";
     out << "nsbox_run_duration_seconds_count{language=\"" << label(language) << "\"} " << h.count << "\n";
   }
+  out << "# HELP nsbox_egress_connections_total Connections the egress proxies decided, by tenant and verdict.\n"
+         "# TYPE nsbox_egress_connections_total counter\n";
+  for (const auto& [key, n] : egress_connections_)
+    out << "nsbox_egress_connections_total{tenant=\"" << label(key.first) << "\",verdict=\"" << key.second << "\"} "
+        << n << "\n";
+  out << "# HELP nsbox_egress_bytes_total Bytes relayed by the egress proxies, by tenant and direction.\n"
+         "# TYPE nsbox_egress_bytes_total counter\n";
+  for (const auto& [key, n] : egress_bytes_)
+    out << "nsbox_egress_bytes_total{tenant=\"" << label(key.first) << "\",direction=\"" << key.second << "\"} "
+        << n << "\n";
   out << "# HELP nsbox_sandboxes_running Sandboxes running now.\n"
          "# TYPE nsbox_sandboxes_running gauge\n"
       << "nsbox_sandboxes_running " << g.running << "\n"

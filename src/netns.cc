@@ -1,6 +1,7 @@
 #include "nsbox/netns.h"
 
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,6 +25,21 @@ int bring_up_loopback() noexcept {
   }
   ::close(fd);
   return err;
+}
+
+int listen_on_loopback(uint16_t port) noexcept {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 128) != 0) {
+    int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
 }
 
 }  // namespace nsbox

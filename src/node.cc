@@ -245,7 +245,10 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
   ctx.input_bytes = job.request.exec.inputs.dump().size();
   ctx.duration_s = seconds;
   json record = audit_record(ctx, result);
-  audit()->write(record);
+  auto log = audit();
+  log->write(record);
+  for (const auto& line : egress_audit_records(ctx, result)) log->write(line);
+  metrics_.egress_finished(tenant.name, result.value("network", json(nullptr)));
   const std::string status = result.value("status", "error");
   metrics_.run_finished(tenant.name, to_string(job.request.exec.language), status, seconds);
   spdlog::info("run {} tenant={} profile={} language={} status={} duration_ms={}", job.run_id, tenant.name,

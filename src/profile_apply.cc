@@ -2,10 +2,21 @@
 
 #include <sstream>
 
+#include "nsbox/egress.h"
 #include "nsbox/error.h"
 #include "nsbox/units.h"
 
 namespace nsbox {
+
+namespace {
+
+std::string find_env(const std::vector<std::pair<std::string, std::string>>& env, const std::string& key) {
+  for (const auto& [k, v] : env)
+    if (k == key) return v;
+  return "";
+}
+
+}  // namespace
 
 RunSpec spec_from_profile(const Profile& p) {
   RunSpec spec;
@@ -45,6 +56,11 @@ RunSpec spec_from_profile(const Profile& p) {
     ws.max_artifacts = p.workspace->max_artifacts;
     ws.max_artifact_bytes = p.workspace->max_artifact_bytes;
     spec.workspace = ws;
+  }
+
+  if (p.network == NetworkMode::kEgress) {
+    spec.egress = p.egress;
+    for (auto& [k, v] : egress_environment(p.egress, find_env(spec.env, "NODE_OPTIONS"))) set_env(spec.env, k, v);
   }
 
   if (p.seccomp == "strict") {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include "nsbox/units.h"
 #include "profile_yaml.h"
@@ -49,6 +50,7 @@ constexpr uint64_t kMinMemory = 16 * kMiB;
 constexpr uint64_t kMinTmpfs = 1 * kMiB;
 constexpr uint64_t kMaxOutput = 256 * kMiB;
 constexpr uint64_t kMaxArtifacts = 100000;
+constexpr uint64_t kMaxEgressConnections = 4096;  // each one is recorded in the Result
 constexpr uint64_t kMaxArtifactBytes = 4 * kGiB;
 constexpr uint32_t kMaxId = 65534;
 
@@ -68,7 +70,8 @@ const profile_yaml::Schema& schema() {
       {"filesystem.tmpfs[]", {"path", "size"}},
       {"filesystem.workspace", {"path", "max_artifacts", "max_artifact_bytes"}},
       {"seccomp", {"allow"}},
-      {"network", {"mode"}},
+      {"network", {"mode", "allow", "deny_private", "max_connections", "max_bytes"}},
+      {"network.allow[]", {"host", "cidr", "ports"}},
       {"user", {"uid", "gid"}},
   };
   return sections;
@@ -78,8 +81,6 @@ const std::vector<std::string_view>& keys_of(std::string_view section) {
   return profile_yaml::keys_of(schema(), section);
 }
 
-// Keys of the design that this version does not implement yet.
-const std::vector<std::string_view> kFutureNetworkKeys = {"allow", "deny_private"};
 
 struct Origin {
   std::string file;
@@ -350,20 +351,66 @@ void apply_seccomp(const Field& f, Draft& d) {
   d.p.seccomp_allow.clear();
 }
 
+EgressRule egress_rule(const Field& item) {
+  MapReader m(item, keys_of("network.allow[]"));
+  auto host = m.get("host");
+  auto cidr = m.get("cidr");
+  if (!host == !cidr) item.fail("a rule names exactly one of host (a DNS name or *.domain) or cidr (an address range)");
+  EgressRule rule;
+  try {
+    if (host) {
+      rule.host = normalize_host(host->text());
+      validate_host_pattern(rule.host);
+    } else {
+      rule.cidr = parse_cidr(cidr->text());
+    }
+  } catch (const std::invalid_argument& e) {
+    (host ? *host : *cidr).fail(e.what());
+  }
+  auto ports = m.get("ports");
+  if (!ports) item.fail("missing key 'ports' (the ports this rule allows, e.g. [443])");
+  for (const Field& p : ports->items()) {
+    auto port = static_cast<uint16_t>(p.integer(1, 65535));
+    if (!rule.allows_port(port)) rule.ports.push_back(port);
+  }
+  if (rule.ports.empty()) ports->fail("a rule needs at least one port");
+  return rule;
+}
+
 void apply_network(const Field& f, Draft& d) {
-  std::vector<std::string_view> keys = keys_of("network");
-  keys.insert(keys.end(), kFutureNetworkKeys.begin(), kFutureNetworkKeys.end());
-  MapReader m(f, keys);
-  for (const auto& e : m.entries()) {
-    if (e.key != "mode") {
-      e.value.fail("not supported yet: egress is planned; this version only has mode: none");
+  MapReader m(f, keys_of("network"));
+  EgressPolicy& e = d.p.egress;
+  if (auto mode = m.get("mode")) {
+    std::string s = mode->string();
+    if (s == "none") {
+      d.p.network = NetworkMode::kNone;
+      e = EgressPolicy{};  // nothing inherited stays granted
+    } else if (s == "egress") {
+      d.p.network = NetworkMode::kEgress;
+    } else {
+      mode->fail("expected none (loopback only) or egress (through nsbox's proxy), got " + describe(mode->node()));
     }
-    std::string mode = e.value.string();
-    if (mode == "egress") {
-      e.value.fail("'egress' is not supported yet: this version only has none (loopback only)");
-    }
-    if (mode != "none") e.value.fail("expected none, got " + describe(e.value.node()));
-    d.p.network = NetworkMode::kNone;
+  }
+  const bool egress = d.p.network == NetworkMode::kEgress;
+  auto needs_egress = [&](const Field& v) {
+    if (!egress) v.fail("only applies with mode: egress");
+  };
+  if (auto allow = m.get("allow")) {
+    needs_egress(*allow);
+    e.allow.clear();
+    for (const Field& item : allow->items()) e.allow.push_back(egress_rule(item));
+  }
+  if (auto v = m.get("deny_private")) {
+    needs_egress(*v);
+    e.deny_private = v->boolean();
+  }
+  if (auto v = m.get("max_connections")) {
+    needs_egress(*v);
+    e.max_connections = v->integer(1, kMaxEgressConnections);
+  }
+  if (auto v = m.get("max_bytes")) {
+    needs_egress(*v);
+    e.max_bytes = v->size(1, kTiB);
   }
 }
 
@@ -659,6 +706,29 @@ void emit_seccomp(YAML::Emitter& out, const Profile& p) {
   out << YAML::EndSeq << YAML::EndMap;
 }
 
+void emit_network(YAML::Emitter& out, const Profile& p) {
+  out << YAML::Key << "network" << YAML::Value << YAML::BeginMap << YAML::Key << "mode" << YAML::Value
+      << (p.network == NetworkMode::kEgress ? "egress" : "none");
+  if (p.network == NetworkMode::kEgress) {
+    const EgressPolicy& e = p.egress;
+    out << YAML::Key << "allow" << YAML::Value << YAML::BeginSeq;
+    for (const auto& rule : e.allow) {
+      out << YAML::Flow << YAML::BeginMap;
+      if (rule.cidr) {
+        out << YAML::Key << "cidr" << YAML::Value << rule.cidr->str();
+      } else {
+        out << YAML::Key << "host" << YAML::Value << rule.host;
+      }
+      out << YAML::Key << "ports" << YAML::Value << YAML::Flow << rule.ports << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+    out << YAML::Key << "deny_private" << YAML::Value << e.deny_private;
+    out << YAML::Key << "max_connections" << YAML::Value << e.max_connections;
+    out << YAML::Key << "max_bytes" << YAML::Value << format_size(e.max_bytes);
+  }
+  out << YAML::EndMap;
+}
+
 }  // namespace
 
 std::string to_yaml(const Profile& p) {
@@ -670,8 +740,7 @@ std::string to_yaml(const Profile& p) {
   emit_filesystem(out, p);
   emit_env(out, p.env);
   emit_seccomp(out, p);
-  out << YAML::Key << "network" << YAML::Value << YAML::BeginMap << YAML::Key << "mode"
-      << YAML::Value << "none" << YAML::EndMap;
+  emit_network(out, p);
   out << YAML::Key << "user" << YAML::Value << YAML::BeginMap << YAML::Key << "uid" << YAML::Value
       << p.uid << YAML::Key << "gid" << YAML::Value << p.gid << YAML::EndMap;
   out << YAML::EndMap;

@@ -16,6 +16,31 @@ const char* to_string(RunStatus status) {
   return "unknown";
 }
 
+nlohmann::ordered_json to_json(const EgressReport& n) {
+  using json = nlohmann::ordered_json;
+  json j;
+  j["allowed"] = n.allowed;
+  j["denied"] = n.denied;
+  j["failed"] = n.failed;
+  j["bytes_sent"] = n.bytes_sent;
+  j["bytes_received"] = n.bytes_received;
+  j["connections"] = json::array();
+  j["denials"] = json::array();
+  for (const auto& c : n.connections) {
+    j["connections"].push_back({{"protocol", c.protocol},
+                                {"host", c.host},
+                                {"port", c.port},
+                                {"address", c.address},
+                                {"verdict", c.verdict},
+                                {"reason", c.reason},
+                                {"bytes_sent", c.bytes_sent},
+                                {"bytes_received", c.bytes_received}});
+    if (c.verdict != "allowed") j["denials"].push_back(c.host + ":" + std::to_string(c.port) + " " + c.verdict + ": " + c.reason);
+  }
+  if (n.connection_cap_hit) j["denials"].push_back("further connections refused: the run's connection cap is reached");
+  return j;
+}
+
 nlohmann::ordered_json to_json(const Result& r) {
   using json = nlohmann::ordered_json;
   json j;
@@ -33,6 +58,7 @@ nlohmann::ordered_json to_json(const Result& r) {
   j["warnings"] = r.warnings;
   j["denied_syscalls"] = json::object();
   for (const auto& [name, count] : r.denied_syscalls) j["denied_syscalls"][name] = count;
+  j["network"] = r.network ? to_json(*r.network) : json(nullptr);
   j["artifacts"] = json::array();
   for (const auto& a : r.artifacts) j["artifacts"].push_back({{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}});
   j["artifacts_refused"] = r.artifacts_refused;

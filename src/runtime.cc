@@ -149,6 +149,7 @@ nlohmann::ordered_json to_json(const ExecOutcome& o) {
   j["warnings"] = o.run.warnings;
   j["denied_syscalls"] = json::object();
   for (const auto& [name, count] : o.run.denied_syscalls) j["denied_syscalls"][name] = count;
+  j["network"] = o.run.network ? to_json(*o.run.network) : json(nullptr);
   return j;
 }
 

@@ -27,6 +27,7 @@
 
 #include "nsbox/child.h"
 #include "nsbox/child_report.h"
+#include "nsbox/egress.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
 #include "nsbox/io.h"
@@ -165,6 +166,8 @@ struct Watch {
   std::chrono::milliseconds cpu_time{0};  // enforced from the cgroup's usage
   UniqueFd notify_sock;  // the workload sends its seccomp listener here
   UniqueFd listener;     // then: denied calls to answer and record
+  UniqueFd proxy_sock;   // PID 1 sends the egress proxy's listening socket here
+  EgressProxy* proxy = nullptr;
 };
 
 // Distinct names recorded per run: a workload cycling through syscall
@@ -227,7 +230,7 @@ Observation supervise(Watch w) {
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
 
-    pollfd fds[10];
+    pollfd fds[11];
     int n = 0;
     auto add = [&](int fd) {
       fds[n] = {fd, POLLIN, 0};
@@ -244,6 +247,7 @@ Observation supervise(Watch w) {
     if (i_in >= 0) fds[i_in].events = POLLOUT;
     int i_nsock = w.notify_sock ? add(w.notify_sock.get()) : -1;
     int i_listen = w.listener ? add(w.listener.get()) : -1;
+    int i_psock = w.proxy_sock ? add(w.proxy_sock.get()) : -1;
 
     int timeout_ms = -1;
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
@@ -288,6 +292,12 @@ Observation supervise(Watch w) {
       int fd = receive_fd(w.notify_sock.get(), &tag);
       w.listener.reset(fd >= 0 ? fd : -1);
       w.notify_sock.reset();
+    }
+    if (readable(i_psock)) {
+      char tag = 0;
+      int fd = receive_fd(w.proxy_sock.get(), &tag);
+      if (fd >= 0) w.proxy->start(UniqueFd(fd));
+      w.proxy_sock.reset();
     }
     if (i_listen >= 0 && (fds[i_listen].revents & POLLIN)) {
       answer_denied_call(w, obs);
@@ -360,6 +370,8 @@ void note_limits_hit(const Observation& obs, Result& r) {
   if (obs.cpu_time_exceeded) r.limits_hit.push_back("cpu_time");
   if (obs.timed_out) r.limits_hit.push_back("wall_time");
   if (r.stdout_truncated || r.stderr_truncated) r.limits_hit.push_back("output");
+  if (r.network && r.network->connection_cap_hit) r.limits_hit.push_back("network_connections");
+  if (r.network && r.network->byte_cap_hit) r.limits_hit.push_back("network_bytes");
 }
 
 // [arg_start, arg_end) of this process (fields 48 and 49 of /proc/self/stat);
@@ -529,6 +541,17 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
       throw SysError("socketpair", "seccomp notification", errno);
     UniqueFd notify_recv(notify_pair[0]), notify_send(notify_pair[1]);
     std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get(), notify_send.get()};
+    std::optional<EgressProxy> proxy;
+    UniqueFd proxy_recv, proxy_send;
+    if (spec.egress) {
+      int proxy_pair[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, proxy_pair) != 0)
+        throw SysError("socketpair", "egress proxy", errno);
+      proxy_recv.reset(proxy_pair[0]);
+      proxy_send.reset(proxy_pair[1]);
+      keep.push_back(proxy_send.get());
+      proxy.emplace(*spec.egress);
+    }
     if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
     std::sort(keep.begin(), keep.end());
@@ -558,6 +581,8 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .caps = &caps_,
         .seccomp = program.program(),
         .notify_sock = program.notifies() ? notify_send.get() : -1,
+        .proxy_sock = proxy_send ? proxy_send.get() : -1,
+        .proxy_port = kEgressProxyPort,
         .cmdline_start = reinterpret_cast<char*>(cmdline_.first),
         .cmdline_size = cmdline_.second - cmdline_.first,
     };
@@ -565,6 +590,7 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);
     sync.read.reset();
     notify_send.reset();
+    proxy_send.reset();
     errors.write.reset();
     reports.write.reset();
     stdin_source.reset();
@@ -610,9 +636,15 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
                 .cgroup = cgroup.get(),
                 .cpu_time = spec.limits.cpu_time,
                 .notify_sock = std::move(notify_recv),
-                .listener = UniqueFd()};
+                .listener = UniqueFd(),
+                .proxy_sock = std::move(proxy_recv),
+                .proxy = proxy ? &*proxy : nullptr};
     if (spec.limits.wall_time.count() > 0) watch.deadline = start + spec.limits.wall_time;
     Observation obs = supervise(std::move(watch));
+    if (proxy) {
+      proxy->stop();  // every process of the run is gone: no connection is wanted any more
+      result.network = proxy->report();
+    }
     fill_outcome(obs, result);
     result.denied_syscalls = std::move(obs.denied);
     result.cpu_ms = to_ms(obs.usage.ru_utime) + to_ms(obs.usage.ru_stime);

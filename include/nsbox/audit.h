@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,11 +25,18 @@ struct AuditContext {
   double duration_s = 0;     // admission to result
 };
 
-// {"time", "run_id", "tenant", "profile", "language", "api", "client",
+// {"time", "event": "run", "run_id", "tenant", "profile", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
-//  "limits_hit", "warnings"} from the worker's result.
+//  "limits_hit", "warnings", "denied_syscalls", "network"} from the worker's
+//  result; network is null or the egress totals.
 nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ordered_json& result);
+
+// One line per connection the run's egress proxy decided: {"time", "event":
+// "egress", "run_id", "tenant", "protocol", "host", "port", "address",
+// "verdict", "reason", "bytes_sent", "bytes_received"}.
+std::vector<nlohmann::ordered_json> egress_audit_records(const AuditContext& ctx,
+                                                         const nlohmann::ordered_json& result);
 
 // "2026-11-30T06:24:01.123Z"
 std::string utc_timestamp();

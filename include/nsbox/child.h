@@ -43,6 +43,11 @@ struct ChildConfig {
   // Write end of a SOCK_SEQPACKET pair: the workload sends the seccomp
   // notification fd over it (SCM_RIGHTS) right before execve.
   int notify_sock;
+  // -1, or the write end of a SOCK_SEQPACKET pair: PID 1 creates the egress
+  // proxy's listening socket in the sandbox's network namespace (on
+  // 127.0.0.1:proxy_port) and sends it to the supervisor, which serves it.
+  int proxy_sock;
+  uint16_t proxy_port;
   // The supervisor's command line in memory: PID 1 is its copy and blanks it,
   // else /proc/1/cmdline shows the workload the supervisor's argv.
   char* cmdline_start;

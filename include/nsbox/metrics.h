@@ -9,6 +9,8 @@
 #include <string>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 namespace nsbox {
 
 class Metrics {
@@ -20,6 +22,8 @@ class Metrics {
   // One finished run: status is the result's (ok, error, timeout, oom, killed).
   void run_finished(const std::string& tenant, const std::string& language,
                     const std::string& status, double seconds);
+  // A run's egress totals (its Result's `network`, or null without egress).
+  void egress_finished(const std::string& tenant, const nlohmann::ordered_json& network);
   // A request refused before any sandbox: overload, unauthorized, too_large,
   // bad_request, shutting_down.
   void rejected(const std::string& reason);
@@ -42,6 +46,8 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> runs_;
   std::map<std::string, Histogram> latency_;  // by language
   std::map<std::string, uint64_t> rejected_;
+  std::map<std::pair<std::string, std::string>, uint64_t> egress_connections_;  // tenant, verdict
+  std::map<std::pair<std::string, std::string>, uint64_t> egress_bytes_;        // tenant, direction
   uint64_t oom_kills_ = 0;
   uint64_t timeouts_ = 0;
 };

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "nsbox/egress_policy.h"
+
 namespace nsbox {
 
 // An error in a profile: names the file, line and column (1-based) and what
@@ -77,7 +79,10 @@ struct ProfileLimits {
   bool operator==(const ProfileLimits&) const = default;
 };
 
-enum class NetworkMode { kNone };
+enum class NetworkMode {
+  kNone,    // a network namespace with only loopback
+  kEgress,  // the same, plus nsbox's proxy on 127.0.0.1, deciding by `egress`
+};
 
 struct Profile {
   std::string name;
@@ -98,6 +103,7 @@ struct Profile {
   // (x86_64); everything else is denied (EPERM).
   std::vector<std::string> seccomp_allow;
   NetworkMode network = NetworkMode::kNone;
+  EgressPolicy egress;                  // used with NetworkMode::kEgress
   uid_t uid = 65534;
   gid_t gid = 65534;
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "nsbox/egress_report.h"
 #include "nsbox/workspace.h"
 
 namespace nsbox {
@@ -36,11 +37,13 @@ struct Result {
   int64_t cpu_ms = 0;
   int64_t peak_memory_bytes = -1;  // -1: unknown (no memory cgroup)
   // Limits that ended or throttled the run: memory, pids, cpu, cpu_time,
-  // wall_time, output.
+  // wall_time, output, network_connections, network_bytes.
   std::vector<std::string> limits_hit;
   std::vector<std::string> warnings;  // e.g. a limit not enforced under best-effort
   // Calls the seccomp filter refused (answered EPERM), by name, with counts.
   std::map<std::string, uint64_t> denied_syscalls;
+  // With network egress: every connection the proxy decided, and the totals.
+  std::optional<EgressReport> network;
   std::vector<Artifact> artifacts;    // files the run left in <workspace>/out
   std::vector<std::string> artifacts_refused;  // what was not returned, and why
   std::string error;           // setup failure as "step object: strerror"
@@ -53,5 +56,6 @@ struct Result {
 };
 
 nlohmann::ordered_json to_json(const Result& result);
+nlohmann::ordered_json to_json(const EgressReport& network);
 
 }  // namespace nsbox

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nsbox/cgroup.h"
+#include "nsbox/egress_policy.h"
 #include "nsbox/workspace.h"
 
 namespace nsbox {
@@ -77,6 +78,8 @@ struct RunSpec {
   std::optional<std::string> stdin_data;
   bool capture_fd3 = false;
   uint64_t result_bytes = 16ull << 20;
+  // Network egress through nsbox's proxy (egress.h); nullopt: loopback only.
+  std::optional<EgressPolicy> egress;
 };
 
 // The environment every run starts from; --env entries replace or add.

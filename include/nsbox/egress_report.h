@@ -1,0 +1,35 @@
+// What the egress proxy did during one run: the Result's `network` section,
+// the audit log's egress lines and the node's egress metrics.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nsbox {
+
+// One request the proxy decided, allowed or denied.
+struct EgressConnection {
+  std::string protocol;  // http-connect, http, socks5
+  std::string host;      // as requested (normalized)
+  uint16_t port = 0;
+  std::string address;   // the address connected to, or that was refused; empty if none
+  std::string verdict;   // allowed, denied (by the policy or a cap), failed (allowed, not reached)
+  std::string reason;    // the rule that allowed it, or why it was refused or failed
+  uint64_t bytes_sent = 0;      // sandbox -> upstream
+  uint64_t bytes_received = 0;  // upstream -> sandbox
+};
+
+// What the proxy did during one run: the Result's `network` section.
+struct EgressReport {
+  uint64_t allowed = 0;
+  uint64_t denied = 0;
+  uint64_t failed = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  bool connection_cap_hit = false;
+  bool byte_cap_hit = false;
+  std::vector<EgressConnection> connections;  // in order; at most max_connections
+};
+
+}  // namespace nsbox

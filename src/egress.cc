@@ -1,0 +1,589 @@
+#include "nsbox/egress.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+
+#include "nsbox/error.h"
+
+namespace nsbox {
+
+using Clock = std::chrono::steady_clock;
+
+// Connections served at once; more wait in the listen backlog.
+constexpr size_t kMaxActiveConnections = 64;
+constexpr size_t kRelayBuffer = 64 * 1024;
+constexpr int kReplyTimeoutMs = 5000;
+
+struct EgressProxy::Shared {
+  EgressPolicy policy;
+  EgressTimeouts timeouts;
+  UniqueFd stop_fd;  // an eventfd, readable once stop() began: wakes every poll
+  std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> bytes_left{0};  // of the run's byte cap
+
+  mutable std::mutex mu;
+  std::condition_variable idle;  // active dropped to 0
+  size_t active = 0;
+  uint64_t requests = 0;
+  EgressReport report;
+};
+
+namespace {
+
+using Shared = EgressProxy::Shared;
+
+int ms_left(Clock::time_point deadline) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000));
+}
+
+// Waits for events on fd; false on timeout, on stop, or when poll fails.
+bool wait_ready(const Shared& s, int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd fds[2] = {{fd, events, 0}, {s.stop_fd.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, ms_left(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || fds[1].revents) return false;
+    return true;
+  }
+}
+
+// Reads what is there (at least one byte), or 0 at EOF, -1 on error/timeout/stop.
+ssize_t read_some(const Shared& s, int fd, char* buf, size_t size, Clock::time_point deadline) {
+  for (;;) {
+    ssize_t n = ::read(fd, buf, size);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || !wait_ready(s, fd, POLLIN, deadline)) return -1;
+  }
+}
+
+bool write_all(const Shared& s, int fd, std::string_view data, Clock::time_point deadline) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      if (!wait_ready(s, fd, POLLOUT, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+Clock::time_point after_ms(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A name lookup that a connection may abandon (at its deadline or at stop)
+// without waiting for the resolver: the lookup finishes on its own thread.
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  int status = 0;
+  std::vector<IpAddress> addresses;
+};
+
+std::vector<IpAddress> resolve(const Shared& s, const std::string& host, std::string& error) {
+  auto lookup = std::make_shared<Lookup>();
+  std::thread([lookup, host] {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    std::vector<IpAddress> found;
+    for (addrinfo* ai = res; rc == 0 && ai; ai = ai->ai_next) {
+      IpAddress a;
+      if (ai->ai_family == AF_INET) {
+        auto* sin = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
+        std::memcpy(a.bytes.data(), &sin->sin_addr, 4);
+      } else if (ai->ai_family == AF_INET6) {
+        a.v6 = true;
+        std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, 16);
+      } else {
+        continue;
+      }
+      if (std::find(found.begin(), found.end(), a) == found.end()) found.push_back(a);
+    }
+    if (res) ::freeaddrinfo(res);
+    std::lock_guard lock(lookup->mu);
+    lookup->status = rc;
+    lookup->addresses = std::move(found);
+    lookup->done = true;
+    lookup->done_cv.notify_all();
+  }).detach();
+
+  const auto deadline = after_ms(s.timeouts.resolve_ms);
+  std::unique_lock lock(lookup->mu);
+  while (!lookup->done) {
+    if (s.stopping || Clock::now() >= deadline) {
+      error = "cannot resolve " + host + ": " + (s.stopping ? "the run ended" : "timed out");
+      return {};
+    }
+    lookup->done_cv.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  if (lookup->status != 0) error = "cannot resolve " + host + ": " + ::gai_strerror(lookup->status);
+  else if (lookup->addresses.empty()) error = "cannot resolve " + host + ": no address";
+  return lookup->addresses;
+}
+
+// Connects to address:port from the host's network; the fd, or -1 with err.
+UniqueFd connect_to(const Shared& s, const IpAddress& address, uint16_t port, Clock::time_point deadline,
+                    int& err) {
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (address.v6) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    std::memcpy(&sin6->sin6_addr, address.bytes.data(), 16);
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(port);
+    std::memcpy(&sin->sin_addr, address.bytes.data(), 4);
+    len = sizeof(sockaddr_in);
+  }
+  UniqueFd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    err = errno;
+    return {};
+  }
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    if (errno != EINPROGRESS) {
+      err = errno;
+      return {};
+    }
+    if (!wait_ready(s, fd.get(), POLLOUT, deadline)) {
+      err = s.stopping ? ECANCELED : ETIMEDOUT;
+      return {};
+    }
+    socklen_t elen = sizeof err;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+    if (err != 0) return {};
+  }
+  set_nodelay(fd.get());
+  return fd;
+}
+
+// Takes up to want bytes of the run's byte cap; 0 once it is spent.
+size_t reserve_bytes(Shared& s, size_t want) {
+  uint64_t left = s.bytes_left.load();
+  for (;;) {
+    size_t take = static_cast<size_t>(std::min<uint64_t>(left, want));
+    if (take == 0) return 0;
+    if (s.bytes_left.compare_exchange_weak(left, left - take)) return take;
+  }
+}
+
+struct Decision {
+  std::string verdict;  // allowed, denied, failed
+  std::string reason;
+  std::string address;
+  UniqueFd upstream;
+  int err = 0;  // failed: errno of the last connect, or 0 for a lookup failure
+  size_t record = SIZE_MAX;  // index in the report, when recorded
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<Shared> shared, UniqueFd client) : s_(std::move(shared)), client_(std::move(client)) {}
+
+  void serve() {
+    set_nonblocking(client_.get());
+    set_nodelay(client_.get());
+    deadline_ = after_ms(s_->timeouts.handshake_ms);
+    if (!fill(1)) return;
+    if (static_cast<uint8_t>(buf_[0]) == 5) {
+      serve_socks5();
+    } else {
+      serve_http();
+    }
+  }
+
+ private:
+  // Reads until buf_ holds at least `want` bytes; false on EOF, error, timeout.
+  bool fill(size_t want) {
+    char chunk[4096];
+    while (buf_.size() < want) {
+      ssize_t n = read_some(*s_, client_.get(), chunk, sizeof chunk, deadline_);
+      if (n <= 0) return false;
+      buf_.append(chunk, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  bool reply(std::string_view data) { return write_all(*s_, client_.get(), data, after_ms(kReplyTimeoutMs)); }
+
+  void serve_http() {
+    size_t end;
+    while ((end = find_head_end(buf_)) == 0) {
+      if (buf_.size() > kMaxProxyHeadBytes) {
+        reply(http_proxy_response(431, "nsbox egress: request head larger than 16 KiB\n"));
+        return;
+      }
+      if (!fill(buf_.size() + 1)) {
+        if (Clock::now() >= deadline_) reply(http_proxy_response(408, "nsbox egress: no request in time\n"));
+        return;
+      }
+    }
+    auto parsed = parse_http_proxy_request(std::string_view(buf_).substr(0, end));
+    if (auto* e = std::get_if<HttpProxyError>(&parsed)) {
+      reply(http_proxy_response(e->status, "nsbox egress: " + e->message + "\n"));
+      return;
+    }
+    auto& req = std::get<HttpProxyRequest>(parsed);
+    Decision d = decide(req.protocol, req.target);
+    const std::string target = req.target.host + ":" + std::to_string(req.target.port);
+    if (d.verdict != "allowed") {
+      int status = d.verdict == "denied" ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
+      reply(http_proxy_response(status, "nsbox egress: " + d.verdict + " " + target + ": " + d.reason + "\n"));
+      return;
+    }
+    std::string pending = buf_.substr(end);
+    std::optional<uint64_t> budget;
+    if (req.protocol == ProxyProtocol::kHttpConnect) {
+      if (!reply(http_proxy_response(200, ""))) return;
+    } else {
+      if (!req.chunked) {
+        budget = req.content_length;
+        if (pending.size() > *budget) pending.resize(static_cast<size_t>(*budget));
+        *budget -= pending.size();
+      }
+      pending.insert(0, req.upstream_head);
+    }
+    relay(d, std::move(pending), budget);
+  }
+
+  void serve_socks5() {
+    Socks5Greeting greeting;
+    size_t used = 0;
+    ParseState st;
+    while ((st = parse_socks5_greeting(buf_, used, greeting)) == ParseState::kNeedMore)
+      if (!fill(buf_.size() + 1)) return;
+    if (st == ParseState::kError) return;
+    if (!greeting.offers_no_auth) {
+      reply(std::string("\x05\xff", 2));  // no acceptable method
+      return;
+    }
+    buf_.erase(0, used);
+    if (!reply(std::string("\x05\x00", 2))) return;
+    Socks5Request req;
+    while ((st = parse_socks5_request(buf_, used, req)) == ParseState::kNeedMore)
+      if (!fill(buf_.size() + 1)) return;
+    if (st == ParseState::kError) {
+      reply(socks5_reply(req.error_reply));
+      return;
+    }
+    Decision d = decide(ProxyProtocol::kSocks5, req.target);
+    if (d.verdict != "allowed") {
+      reply(socks5_reply(d.verdict == "denied" ? kSocksNotAllowed : socks_code(d.err)));
+      return;
+    }
+    if (!reply(socks5_reply(kSocksSucceeded))) return;
+    relay(d, buf_.substr(used), std::nullopt);
+  }
+
+  static uint8_t socks_code(int err) {
+    switch (err) {
+      case ECONNREFUSED: return kSocksConnectionRefused;
+      case ENETUNREACH: return kSocksNetworkUnreachable;
+      case EHOSTUNREACH: return kSocksHostUnreachable;
+      case ETIMEDOUT: return kSocksTtlExpired;
+      case 0: return kSocksHostUnreachable;  // the name did not resolve
+      default: return kSocksGeneralFailure;
+    }
+  }
+
+  // Decides one request against the policy and the caps, and connects when
+  // allowed; records the outcome in the report.
+  Decision decide(ProxyProtocol protocol, const ProxyTarget& target) {
+    Decision d;
+    {
+      std::lock_guard lock(s_->mu);
+      if (s_->requests >= s_->policy.max_connections) {
+        s_->report.connection_cap_hit = true;
+        ++s_->report.denied;
+        d.verdict = "denied";
+        d.reason = "the run's connection cap (" + std::to_string(s_->policy.max_connections) + ") is reached";
+        return d;
+      }
+      ++s_->requests;
+    }
+    std::vector<IpAddress> candidates;
+    const EgressRule* host_rule = nullptr;
+    if (target.address) {
+      candidates.push_back(*target.address);
+    } else {
+      Verdict v = check_name(s_->policy, target.host, target.port);
+      if (!v.allowed) return record(protocol, target, {"denied", v.reason, "", {}, 0});
+      host_rule = v.host_rule;
+      std::string error;
+      candidates = resolve(*s_, target.host, error);
+      if (candidates.empty()) return record(protocol, target, {"failed", error, "", {}, 0});
+    }
+    std::vector<IpAddress> allowed;
+    Verdict first_denial;
+    for (const auto& a : candidates) {
+      Verdict v = check_address(s_->policy, host_rule, a, target.port);
+      if (v.allowed) {
+        allowed.push_back(a);
+        if (d.reason.empty()) d.reason = v.reason;
+      } else if (first_denial.reason.empty()) {
+        first_denial = v;
+        d.address = canonical(a).str();
+      }
+    }
+    if (allowed.empty()) {
+      std::string why = target.address ? first_denial.reason : target.host + ": " + first_denial.reason;
+      return record(protocol, target, {"denied", why, d.address, {}, 0});
+    }
+    const auto deadline = after_ms(s_->timeouts.connect_ms);
+    int err = 0;
+    for (const auto& a : allowed) {
+      UniqueFd fd = connect_to(*s_, a, target.port, deadline, err);
+      if (fd) return record(protocol, target, {"allowed", d.reason, canonical(a).str(), std::move(fd), 0});
+      if (Clock::now() >= deadline || s_->stopping) break;
+    }
+    return record(protocol, target,
+                  {"failed", "connect to " + canonical(allowed.front()).str() + " port " +
+                                 std::to_string(target.port) + ": " + std::strerror(err),
+                   canonical(allowed.front()).str(), {}, err});
+  }
+
+  Decision record(ProxyProtocol protocol, const ProxyTarget& target, Decision d) {
+    std::lock_guard lock(s_->mu);
+    EgressReport& r = s_->report;
+    (d.verdict == "allowed" ? r.allowed : d.verdict == "denied" ? r.denied : r.failed)++;
+    d.record = r.connections.size();
+    r.connections.push_back({to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0});
+    return d;
+  }
+
+  // One direction of a relay: bytes read from `from`, waiting to go to `to`.
+  struct Pipe {
+    int from;
+    int to;
+    std::string buf;
+    size_t off = 0;
+    bool eof = false;       // nothing more will be read from `from`
+    bool shut = false;      // `to` was told (SHUT_WR)
+    uint64_t total = 0;
+    std::optional<uint64_t> budget;  // bytes `from` may still send
+    bool pending() const { return off < buf.size(); }
+  };
+
+  void relay(Decision& d, std::string first_up, std::optional<uint64_t> client_budget) {
+    const int up_fd = d.upstream.get();
+    Pipe up{client_.get(), up_fd, std::move(first_up), 0, false, false, 0, client_budget};
+    Pipe down{up_fd, client_.get(), {}, 0, false, false, 0, std::nullopt};
+    // What the proxy already holds for upstream (a forwarded head, early
+    // data) is the sandbox's traffic too: counted, and within the cap.
+    if (reserve_bytes(*s_, up.buf.size()) < up.buf.size()) {
+      std::lock_guard lock(s_->mu);
+      s_->report.byte_cap_hit = true;
+      return;
+    }
+    up.total = up.buf.size();
+    bool hung_up[2] = {false, false};  // POLLHUP seen where nothing was asked: stop polling it
+    bool ok = true;
+    while (ok && !(up.eof && down.eof && !up.pending() && !down.pending())) {
+      pollfd fds[3] = {{client_.get(), 0, 0}, {up_fd, 0, 0}, {s_->stop_fd.get(), POLLIN, 0}};
+      auto want = [](Pipe& p, pollfd& from_pfd, pollfd& to_pfd) {
+        if (p.pending()) to_pfd.events |= POLLOUT;
+        else if (!p.eof) from_pfd.events |= POLLIN;
+      };
+      want(up, fds[0], fds[1]);
+      want(down, fds[1], fds[0]);
+      for (int i = 0; i < 2; ++i)
+        if (hung_up[i] && fds[i].events == 0) fds[i].fd = -1;
+      int n = ::poll(fds, 3, -1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || fds[2].revents) break;
+      for (int i = 0; i < 2; ++i) {
+        if (fds[i].revents & (POLLERR | POLLNVAL)) ok = false;
+        if ((fds[i].revents & POLLHUP) && fds[i].events == 0) hung_up[i] = true;
+      }
+      ok = ok && step(up) && step(down);
+    }
+    std::lock_guard lock(s_->mu);
+    s_->report.bytes_sent += up.total;
+    s_->report.bytes_received += down.total;
+    if (d.record < s_->report.connections.size()) {
+      s_->report.connections[d.record].bytes_sent = up.total;
+      s_->report.connections[d.record].bytes_received = down.total;
+    }
+  }
+
+  // Sends what is pending without blocking; false when `to` is gone.
+  static bool flush(Pipe& p) {
+    while (p.pending()) {
+      ssize_t n = ::send(p.to, p.buf.data() + p.off, p.buf.size() - p.off, MSG_NOSIGNAL);
+      if (n < 0) return errno == EAGAIN || errno == EINTR;
+      p.off += static_cast<size_t>(n);
+    }
+    p.buf.clear();
+    p.off = 0;
+    return true;
+  }
+
+  // Moves what it can in one direction without blocking: flushes, then reads
+  // once (within the budget and the run's byte cap). false ends the relay.
+  bool step(Pipe& p) {
+    if (!flush(p)) return false;
+    if (p.pending()) return true;
+    if (p.eof) {
+      if (!p.shut) ::shutdown(p.to, SHUT_WR);
+      p.shut = true;
+      return true;
+    }
+    size_t want = kRelayBuffer;
+    if (p.budget) want = static_cast<size_t>(std::min<uint64_t>(want, *p.budget));
+    if (want == 0) {
+      p.eof = true;  // the request body is complete; nothing more goes upstream
+      p.shut = true;
+      return true;
+    }
+    const size_t granted = reserve_bytes(*s_, want);
+    if (granted == 0) {
+      std::lock_guard lock(s_->mu);
+      s_->report.byte_cap_hit = true;
+      return false;
+    }
+    p.buf.resize(granted);
+    ssize_t n = ::read(p.from, p.buf.data(), granted);
+    s_->bytes_left += granted - static_cast<size_t>(std::max<ssize_t>(n, 0));
+    if (n < 0) {
+      p.buf.clear();
+      return errno == EAGAIN || errno == EINTR;
+    }
+    p.buf.resize(static_cast<size_t>(n));
+    if (n == 0) {
+      p.eof = true;
+      p.shut = true;
+      ::shutdown(p.to, SHUT_WR);  // pass the half-close on
+      return true;
+    }
+    p.total += static_cast<uint64_t>(n);
+    if (p.budget) *p.budget -= static_cast<uint64_t>(n);
+    return flush(p);
+  }
+
+  std::shared_ptr<Shared> s_;
+  UniqueFd client_;
+  std::string buf_;
+  Clock::time_point deadline_;
+};
+
+}  // namespace
+
+EgressProxy::EgressProxy(EgressPolicy policy, EgressTimeouts timeouts) : shared_(std::make_shared<Shared>()) {
+  shared_->policy = std::move(policy);
+  shared_->timeouts = timeouts;
+  shared_->bytes_left = shared_->policy.max_bytes;
+  shared_->stop_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!shared_->stop_fd) throw SysError("eventfd", "egress proxy", errno);
+}
+
+EgressProxy::~EgressProxy() { stop(); }
+
+void EgressProxy::start(UniqueFd listener) {
+  if (listener_ || stopped_) return;
+  listener_ = std::move(listener);
+  set_nonblocking(listener_.get());
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+void EgressProxy::accept_loop() {
+  for (;;) {
+    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {shared_->stop_fd.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    UniqueFd client(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!client) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        ::poll(nullptr, 0, 50);  // leave it in the backlog; let sessions close fds
+        continue;
+      }
+      return;
+    }
+    std::unique_lock lock(shared_->mu);
+    if (shared_->active >= kMaxActiveConnections) continue;  // closes it: the sandbox is flooding
+    ++shared_->active;
+    lock.unlock();
+    std::thread([shared = shared_, fd = client.release()]() mutable {
+      Session(shared, UniqueFd(fd)).serve();
+      std::lock_guard l(shared->mu);
+      if (--shared->active == 0) shared->idle.notify_all();
+    }).detach();
+  }
+}
+
+void EgressProxy::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  shared_->stopping = true;
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(shared_->stop_fd.get(), &one, sizeof one);
+  if (acceptor_.joinable()) acceptor_.join();
+  listener_.reset();
+  std::unique_lock lock(shared_->mu);
+  shared_->idle.wait(lock, [&] { return shared_->active == 0; });
+}
+
+EgressReport EgressProxy::report() const {
+  std::lock_guard lock(shared_->mu);
+  return shared_->report;
+}
+
+std::vector<std::pair<std::string, std::string>> egress_environment(const EgressPolicy& policy,
+                                                                     const std::string& node_options) {
+  const std::string http = std::string("http://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
+  const std::string socks = std::string("socks5h://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
+  // The sandbox's own loopback is reached directly, unless the profile grants
+  // host loopback through the proxy: then loopback URLs must go to the proxy.
+  bool grants_loopback = false;
+  for (const auto& rule : policy.allow) {
+    if (rule.cidr && (rule.cidr->contains(*parse_ip("127.0.0.1")) || rule.cidr->contains(*parse_ip("::1"))))
+      grants_loopback = true;
+    if (!rule.cidr && host_matches(rule.host, "localhost")) grants_loopback = true;
+  }
+  const std::string no_proxy = grants_loopback ? "" : "localhost,127.0.0.1,::1";
+  std::string node = std::string("--require=") + kNodeEgressPreload;
+  return {
+      {"HTTP_PROXY", http},   {"http_proxy", http},      {"HTTPS_PROXY", http},
+      {"https_proxy", http},  {"ALL_PROXY", socks},      {"all_proxy", socks},
+      {"NO_PROXY", no_proxy}, {"no_proxy", no_proxy},
+      {"NODE_OPTIONS", node_options.empty() ? node : node_options + " " + node},
+  };
+}
+
+}  // namespace nsbox
