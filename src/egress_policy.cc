@@ -80,15 +80,23 @@ constexpr Range kPrivateV6[] = {
     {"ff00::/8", "multicast"},
 };
 
-std::optional<std::string> find_range(const IpAddress& a) {
-  auto search = [&](const auto& table) -> std::optional<std::string> {
+std::optional<SpecialRange> find_range(const IpAddress& a) {
+  auto search = [&](const auto& table) -> std::optional<SpecialRange> {
     for (const auto& r : table) {
       Cidr c = parse_cidr(r.cidr);
-      if (c.contains(a)) return std::string(r.name) + " " + r.cidr;
+      if (c.contains(a)) return SpecialRange{std::string(r.name) + " " + r.cidr, c};
     }
     return std::nullopt;
   };
   return a.v6 ? search(kPrivateV6) : search(kPrivateV4);
+}
+
+// The IPv6 range that embeds an IPv4 range at byte offset, below prefix.
+SpecialRange embedded(const SpecialRange& inner, const char* what, const IpAddress& prefix_bytes, size_t offset,
+                      int prefix_bits) {
+  Cidr c{prefix_bytes, prefix_bits + inner.range.prefix};
+  std::copy(inner.range.base.bytes.begin(), inner.range.base.bytes.begin() + 4, c.base.bytes.begin() + offset);
+  return {std::string(what) + " of " + inner.description, c};
 }
 
 }  // namespace
@@ -132,17 +140,22 @@ Cidr parse_cidr(std::string_view text) {
   return c;
 }
 
-std::optional<std::string> private_range(const IpAddress& address) {
+std::optional<SpecialRange> special_range(const IpAddress& address) {
   IpAddress a = canonical(address);
   if (a.v6 && has_prefix(a, {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0})) {
-    if (auto inner = find_range(v4_at(a, 12))) return "NAT64 of " + *inner;
+    if (auto inner = find_range(v4_at(a, 12))) return embedded(*inner, "NAT64", *parse_ip("64:ff9b::"), 12, 96);
     return std::nullopt;
   }
   if (a.v6 && has_prefix(a, {0x20, 0x02})) {
-    if (auto inner = find_range(v4_at(a, 2))) return "6to4 of " + *inner;
+    if (auto inner = find_range(v4_at(a, 2))) return embedded(*inner, "6to4", *parse_ip("2002::"), 2, 16);
     return std::nullopt;
   }
   return find_range(a);
+}
+
+std::optional<std::string> private_range(const IpAddress& address) {
+  auto r = special_range(address);
+  return r ? std::optional<std::string>(r->description) : std::nullopt;
 }
 
 bool EgressRule::allows_port(uint16_t port) const {
@@ -219,26 +232,38 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address,
                       uint16_t port) {
   const IpAddress a = canonical(address);
+  const std::optional<SpecialRange> special = special_range(a);
   const EgressRule* cidr_rule = nullptr;
   const EgressRule* other_port = nullptr;
   for (const auto& rule : policy.allow) {
     if (!rule.cidr || !rule.cidr->contains(a)) continue;
     if (rule.allows_port(port)) {
-      cidr_rule = &rule;
-      break;
+      // Under deny_private a special range is only reached through a rule
+      // inside it: 0.0.0.0/0 means "the Internet", not 169.254.169.254.
+      const bool names_it = !special || !policy.deny_private ||
+                            (rule.cidr->prefix >= special->range.prefix && special->range.contains(rule.cidr->base));
+      if (names_it) {
+        cidr_rule = &rule;
+        break;
+      }
+      continue;
     }
     if (!other_port) other_port = &rule;
   }
+  const bool private_refused = policy.deny_private && special && !cidr_rule;
+  const std::string private_reason =
+      special ? a.str() + " is " + special->description +
+                    ", refused by deny_private (only a cidr rule within that range allows it)"
+              : "";
   if (!host_rule && !cidr_rule) {
+    for (const auto& rule : policy.allow)
+      if (private_refused && rule.cidr && rule.cidr->contains(a) && rule.allows_port(port))
+        return {false, private_reason, nullptr};  // a broader rule would have allowed it
     if (other_port)
       return {false, "port " + std::to_string(port) + " is not in rule " + other_port->describe(), nullptr};
     return {false, "no rule allows " + a.str() + " port " + std::to_string(port), nullptr};
   }
-  if (policy.deny_private && !cidr_rule) {
-    if (auto range = private_range(a))
-      return {false, a.str() + " is " + *range + ", refused by deny_private (only a cidr rule naming it allows it)",
-              nullptr};
-  }
+  if (private_refused) return {false, private_reason, nullptr};
   return {true, "rule " + (cidr_rule ? cidr_rule : host_rule)->describe(), host_rule};
 }
 

@@ -91,8 +91,8 @@ void migrate_seccomp(const Field& f, Profile& p) {
   if (ns == "net") {
     at.fail(what +
             "would share the host's network with the sandbox; nsbox always gives a sandbox its own "
-            "network namespace, and what it may reach is the profile's network.mode (only none in "
-            "this version): set net: True to migrate");
+            "network namespace, and what it may reach is the profile's network section (mode none, or "
+            "egress through nsbox's proxy with an allow list): set net: True to migrate");
   }
   at.fail(what + "would share the host's " + ns + " namespace; nsbox always creates it: set " + ns +
           ": True");

@@ -49,6 +49,12 @@ Cidr parse_cidr(std::string_view text);
 // (mapped, NAT64, 6to4) are judged by the embedded address.
 std::optional<std::string> private_range(const IpAddress& address);
 
+struct SpecialRange {
+  std::string description;  // "loopback 127.0.0.0/8"
+  Cidr range;               // in the address's own form (NAT64 and 6to4 as IPv6)
+};
+std::optional<SpecialRange> special_range(const IpAddress& address);
+
 struct EgressRule {
   std::string host;          // "api.example.com" or "*.example.org"; empty for a cidr rule
   std::optional<Cidr> cidr;  // set for a cidr rule
@@ -92,7 +98,8 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
 
 // The decision for one address: the name's host rule (if the request named a
 // host) or a cidr rule must allow it, and deny_private refuses special ranges
-// unless a cidr rule covering the address allows the port.
+// unless a cidr rule lying within the address's special range allows the
+// port (127.0.0.1/32 reaches loopback; 0.0.0.0/0 does not).
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule,
                       const IpAddress& address, uint16_t port);
 

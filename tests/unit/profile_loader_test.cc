@@ -281,6 +281,54 @@ user: {uid: 1000, gid: 1001}
   expect_round_trip(allow);
 }
 
+TEST(RoundTrip, NetworkEgress) {
+  Profile p = load_profile_text(R"(name: egress
+network:
+  mode: egress
+  allow:
+    - {host: API.Example.com., ports: [443, 443, 8443]}
+    - {host: "*.example.org", ports: [443]}
+    - {cidr: 203.0.113.0/24, ports: [80, 443]}
+    - {cidr: "2001:db8::/32", ports: [443]}
+  deny_private: false
+  max_connections: 5
+  max_bytes: 1MiB
+)",
+                                "egress.yaml", ProfileSearch{});
+  EXPECT_EQ(p.network, NetworkMode::kEgress);
+  ASSERT_EQ(p.egress.allow.size(), 4u);
+  EXPECT_EQ(p.egress.allow[0].host, "api.example.com");  // normalized
+  EXPECT_EQ(p.egress.allow[0].ports, (std::vector<uint16_t>{443, 8443}));
+  EXPECT_EQ(p.egress.allow[2].cidr->str(), "203.0.113.0/24");
+  EXPECT_FALSE(p.egress.deny_private);
+  EXPECT_EQ(p.egress.max_connections, 5u);
+  EXPECT_EQ(p.egress.max_bytes, 1u << 20);
+  expect_round_trip(p);
+
+  Profile bare = load_profile_text("name: bare\nnetwork: {mode: egress}\n", "bare.yaml", ProfileSearch{});
+  EXPECT_TRUE(bare.egress.allow.empty());  // a proxy that refuses everything, and says so
+  EXPECT_TRUE(bare.egress.deny_private);
+  expect_round_trip(bare);
+}
+
+TEST(Extends, NetworkAllowIsReplacedAndModeNoneRevokesIt) {
+  TempDir dir;
+  dir.write("parent.yaml",
+            "name: parent\nnetwork:\n  mode: egress\n  allow: [{host: a.example.com, ports: [443]}]\n"
+            "  max_connections: 9\n");
+  dir.write("child.yaml", "name: child\nextends: parent\nnetwork:\n  allow: [{host: b.example.com, ports: [443]}]\n");
+  dir.write("closed.yaml", "name: closed\nextends: parent\nnetwork: {mode: none}\n");
+  ProfileSearch search{{dir.path()}};
+  Profile child = load_profile("child", search);
+  EXPECT_EQ(child.network, NetworkMode::kEgress);
+  ASSERT_EQ(child.egress.allow.size(), 1u);
+  EXPECT_EQ(child.egress.allow[0].host, "b.example.com");
+  EXPECT_EQ(child.egress.max_connections, 9u);
+  Profile closed = load_profile("closed", search);
+  EXPECT_EQ(closed.network, NetworkMode::kNone);
+  EXPECT_EQ(closed.egress, EgressPolicy{});
+}
+
 TEST(RoundTrip, PrintsEveryKeyInSchemaOrder) {
   std::string yaml = to_yaml(load_profile("default", repo_search()));
   size_t last = 0;
@@ -500,8 +548,8 @@ TEST(OpenJiuwen, PublishedFileIsRefusedForItsSharedNetwork) {
       migration_error(kOpenJiuwen + "/sandbox_config.yaml"),
       "tests/profiles/openjiuwen/sandbox_config.yaml:15:8: namespace.net: false would share the "
       "host's network with the sandbox; nsbox always gives a sandbox its own network namespace, "
-      "and what it may reach is the profile's network.mode (only none in this version): set "
-      "net: True to migrate");
+      "and what it may reach is the profile's network section (mode none, or egress through "
+      "nsbox's proxy with an allow list): set net: True to migrate");
   EXPECT_EQ(
       migration_error(kOpenJiuwen + "/gateway_sandbox_config.yaml"),
       "tests/profiles/openjiuwen/gateway_sandbox_config.yaml:13:9: namespace.user: false would "
@@ -586,16 +634,14 @@ TEST(OpenJiuwen, Namespaces) {
       migrate_text("namespace: {user: True, pid: True, ipc: True, uts: True, cgroup: True}\n"),
       "1:12: namespace.net is absent, which the platform reads as false: it would share the host's "
       "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
-      "it "
-      "may reach is the profile's network.mode (only none in this version): set net: True to "
-      "migrate");
+      "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
+      "with an allow list): set net: True to migrate");
   EXPECT_EQ(
       migrate_text("timeout: 5\n"),
       "1:1: namespace.net is absent, which the platform reads as false: it would share the host's "
       "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
-      "it "
-      "may reach is the profile's network.mode (only none in this version): set net: True to "
-      "migrate");
+      "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
+      "with an allow list): set net: True to migrate");
   EXPECT_EQ(migrate_text("namespace: {user: True, net: True, pid: True, ipc: True, uts: True, "
                          "cgroup: True, mnt: True}\n"),
             "1:83: unknown key 'mnt' in namespace (did you mean 'net'?)");
@@ -659,7 +705,8 @@ TEST(ProfilesDoc, SchemaListsNestedKeys) {
   const auto& keys = profile_schema_keys();
   for (const char* k :
        {"name", "extends", "limits.memory", "filesystem.mounts[].target",
-        "filesystem.workspace.max_artifact_bytes", "seccomp.allow", "network.mode", "user.uid"}) {
+        "filesystem.workspace.max_artifact_bytes", "seccomp.allow", "network.mode", "network.allow[].cidr",
+        "network.max_bytes", "user.uid"}) {
     EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
   }
 }
