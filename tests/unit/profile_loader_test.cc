@@ -225,6 +225,7 @@ TEST(RoundTrip, ShippedProfiles) {
     expect_round_trip(load_profile(name, repo_search()));
   }
   expect_round_trip(load_profile(kSource + "/profiles/tenants/acme-analytics.yaml", repo_search()));
+  expect_round_trip(load_profile(kSource + "/profiles/tenants/api-caller.yaml", repo_search()));
   expect_round_trip(load_profile(kSource + "/profiles/tenants/minimal.yaml", repo_search()));
 }
 
