@@ -67,3 +67,51 @@ def reads_secret(path, secret):
             return secret.encode() in f.read(1 << 20)
     except OSError:
         return False
+
+
+# The egress proxy of a sandbox with `network.mode: egress` (attacks with
+# `# profile: egress`).
+PROXY = ("127.0.0.1", 3128)
+
+
+def proxy_exchange(data, timeout=10):
+    """Sends raw bytes to the egress proxy; returns what it answered."""
+    s = socket.create_connection(PROXY, timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+            if out.startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in out:
+                return out  # a tunnel is open: that is all we need to know
+    except OSError as e:
+        return ("ERR " + str(e)).encode()
+    finally:
+        s.close()
+
+
+def socks5_reply(host, port):
+    """The SOCKS5 reply code for CONNECT host:port (IPv4/IPv6 literals as
+    such, anything else as a domain)."""
+    s = socket.create_connection(PROXY, timeout=10)
+    try:
+        s.sendall(b"\x05\x01\x00")
+        if s.recv(2) != b"\x05\x00":
+            return -1
+        try:
+            addr = b"\x01" + socket.inet_pton(socket.AF_INET, host)
+        except OSError:
+            try:
+                addr = b"\x04" + socket.inet_pton(socket.AF_INET6, host)
+            except OSError:
+                addr = b"\x03" + bytes([len(host)]) + host.encode()
+        s.sendall(b"\x05\x01\x00" + addr + struct.pack(">H", port))
+        reply = s.recv(10)
+        return reply[1] if len(reply) >= 2 else -1
+    except OSError:
+        return -1
+    finally:
+        s.close()

@@ -1,7 +1,9 @@
 // The escape-attempt suite: every program in tests/security/attacks/ runs in
-// a real sandbox with the default profile, once through `nsbox run` and once
-// through the HTTP node, and must report that it was stopped (or be stopped
-// by a limit where its header says so). The harness plants what an attacker
+// a real sandbox with the default profile (or, with `# profile: egress`, a
+// profile with network egress whose rules are as tempting as an operator's
+// mistake could make them), once through `nsbox run` and once through the
+// HTTP node, and must report that it was stopped (or be stopped by a limit
+// where its header says so). The harness plants what an attacker
 // would look for on the host: a secret file, a loopback service, an abstract
 // unix socket, an environment variable, its own pid.
 #include <sys/socket.h>
@@ -28,6 +30,7 @@ struct Attack {
   std::string code;          // prelude + attack
   std::set<std::string> expect;
   int timeout_s = 30;
+  bool egress = false;  // `# profile: egress`
 };
 
 Attack load_attack(const std::string& name) {
@@ -40,6 +43,11 @@ Attack load_attack(const std::string& name) {
   static const std::regex timeout_re("^# timeout: (\\d+)", std::regex::multiline);
   std::smatch m;
   if (std::regex_search(body, m, timeout_re)) a.timeout_s = std::stoi(m[1]);
+  static const std::regex profile_re("^# profile: (\\w+)", std::regex::multiline);
+  if (std::regex_search(body, m, profile_re)) {
+    if (m[1] != "egress") throw std::runtime_error(name + ": unknown profile " + m[1].str());
+    a.egress = true;
+  }
   return a;
 }
 
@@ -87,6 +95,25 @@ class Bait {
     ::unsetenv("NSBOX_SECRET_TOKEN");
   }
 
+  // Egress that lets the attacker ask for the host's loopback service by
+  // name and for "the whole Internet" on its port: only deny_private stands
+  // between the sandbox and the service. Nothing here allows any address
+  // other than the host's own. NSBOX_TEST_EGRESS_EXTRA (a line of YAML)
+  // weakens it, to show the suite fails when the defence is off.
+  std::string egress_profile() const {
+    if (egress_profile_.empty()) {
+      egress_profile_ = secret_dir_ + "/egress.yaml";
+      const std::string port = std::to_string(port_);
+      const char* extra = std::getenv("NSBOX_TEST_EGRESS_EXTRA");
+      std::ofstream(egress_profile_) << "name: attacker-egress\nextends: default\nnetwork:\n  mode: egress\n"
+                                     << (extra ? "  " + std::string(extra) + "\n" : "")
+                                     << "  allow:\n    - {host: localhost, ports: [" << port << "]}\n"
+                                     << "    - {cidr: 0.0.0.0/0, ports: [" << port << "]}\n"
+                                     << "    - {cidr: \"::/0\", ports: [" << port << "]}\n";
+    }
+    return egress_profile_;
+  }
+
   json params() const {
     return {{"secret_path", secret_path_}, {"secret", secret_}, {"host_pid", ::getpid()},
             {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_}};
@@ -96,17 +123,21 @@ class Bait {
 
  private:
   std::string secret_, marker_, secret_dir_, secret_path_, abstract_;
+  mutable std::string egress_profile_;
   int tcp_ = -1, unix_ = -1, port_ = 0;
 };
 
 Bait* bait = nullptr;
+constexpr const char* kEgressToken = "egress-attacker-token-0123456789";
 NodeProcess* node = nullptr;
 
 // ctest runs each test in a process of its own: the node is started only by
 // the tests that use it.
 NodeProcess& the_node() {
   if (!node) {
-    node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\ndefault_tenant: attacker\n"
+    node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\n"
+                           "  - name: egress-attacker\n    token: " + std::string(kEgressToken) +
+                           "\n    profile: " + bait->egress_profile() + "\ndefault_tenant: attacker\n"
                            "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n");
     EXPECT_TRUE(node->ready()) << node->log();
   }
@@ -139,8 +170,9 @@ Outcome run_through_cli(const Attack& a) {
       "_v = main(_Args(_json.loads(_sys.argv[1])))\n"
       "print('\\nNSBOX-VERDICT ' + _json.dumps(_v), flush=True)\n";
   TempDir artifacts;
-  CliResult r = run_cli({"run", "--json", "--timeout", std::to_string(a.timeout_s), "--artifacts",
-                         artifacts.path() + "/out", "--", "python3", "-c", a.code + footer, bait->params().dump()});
+  CliResult r = run_cli({"run", "--json", "--profile", a.egress ? bait->egress_profile() : "default", "--timeout",
+                         std::to_string(a.timeout_s), "--artifacts", artifacts.path() + "/out", "--", "python3", "-c",
+                         a.code + footer, bait->params().dump()});
   Outcome o;
   o.raw = r.out.substr(0, 2000) + r.err.substr(0, 500);
   json j = json::parse(r.out, nullptr, false);
@@ -161,7 +193,9 @@ Outcome run_through_cli(const Attack& a) {
 
 Outcome run_through_node(const Attack& a) {
   json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
-  auto r = post(the_node().client(), "/v1/runs", body.dump());
+  httplib::Headers auth;
+  if (a.egress) auth.emplace("Authorization", std::string("Bearer ") + kEgressToken);
+  auto r = post(the_node().client(), "/v1/runs", body.dump(), auth);
   Outcome o;
   if (!r) {
     o.raw = "no HTTP answer";
