@@ -148,6 +148,7 @@ struct Observation {
   int init_status = 0;
   rusage usage{};
   std::map<std::string, uint64_t> denied;  // syscalls the filter refused, by name
+  std::string foreign_abi_call;            // "x32 getpid": the run was killed for it
 };
 
 // What the supervision loop watches.
@@ -174,12 +175,34 @@ struct Watch {
 // numbers must not grow the supervisor's memory.
 constexpr size_t kMaxDeniedNames = 64;
 
+// A call of another ABI (i386, x32): its name, e.g. "x32 getpid", or "" for
+// a native call.
+std::string foreign_abi_name(const seccomp_notif& req) {
+  constexpr uint32_t kX32Bit = 0x40000000;
+  uint32_t arch = req.data.arch;
+  if (arch == SCMP_ARCH_X86_64 && !(static_cast<uint32_t>(req.data.nr) & kX32Bit)) return "";
+  const char* abi = arch == SCMP_ARCH_X86_64 ? "x32" : arch == SCMP_ARCH_X86 ? "i386" : "foreign";
+  if (arch == SCMP_ARCH_X86_64) arch = SCMP_ARCH_X32;
+  char* name = seccomp_syscall_resolve_num_arch(arch, static_cast<int>(req.data.nr));
+  std::string out = std::string(abi) + " " + (name ? name : "syscall " + std::to_string(req.data.nr));
+  std::free(name);
+  return out;
+}
+
 // One call the filter sent here: answered with kDeniedErrno (the workload
-// sees a plain EPERM) and counted by name for the Result.
+// sees a plain EPERM) and counted by name for the Result. A call of another
+// ABI is never answered: the whole run is killed, as the kernel would kill
+// the process without a listener, and the Result names the call.
 void answer_denied_call(Watch& w, Observation& obs) {
   seccomp_notif req{};
   if (::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
     if (errno != EINTR && errno != ENOENT) w.listener.reset();
+    return;
+  }
+  if (std::string foreign = foreign_abi_name(req); !foreign.empty()) {
+    w.proc.kill();
+    if (obs.foreign_abi_call.empty()) obs.foreign_abi_call = foreign;
+    ++obs.denied[foreign];
     return;
   }
   seccomp_notif_resp resp{};
@@ -325,6 +348,15 @@ void fill_outcome(const Observation& obs, Result& r) {
     r.status = RunStatus::kSetupError;
     r.error = format_sys_error(obs.failure->step, obs.failure->object, obs.failure->err);
     r.exit_code = exit_code_for_failure(*obs.failure);
+    return;
+  }
+  if (!obs.foreign_abi_call.empty() && !obs.timed_out && !obs.cancelled) {
+    // What the kernel's SECCOMP_RET_KILL_PROCESS would have reported.
+    r.status = RunStatus::kKilled;
+    r.signal = SIGSYS;
+    r.exit_code = 128 + SIGSYS;
+    r.error = "killed by the seccomp filter: " + obs.foreign_abi_call +
+              " is a system call of another ABI, which a filter for x86_64 cannot check";
     return;
   }
   if (obs.timed_out || obs.cpu_time_exceeded || obs.cancelled) {

@@ -140,16 +140,20 @@ SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
 namespace {
 
 // A filter with default_action and the rules every policy starts with.
-FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<SeccompRuleInfo>& rules) {
+FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<SeccompRuleInfo>& rules,
+                     bool notifies) {
   FilterCtx ctx(seccomp_init(default_action), &seccomp_release);
   if (!ctx) throw SysError("seccomp_init", what, ENOMEM);
   // Syscalls of another ABI (i386 via int 0x80, x32) bypass a filter written
-  // for x86_64 numbers: kill the process outright.
-  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
+  // for x86_64 numbers: never run. With a supervisor listening they go to it,
+  // which names the call in the Result and kills the whole run (the call
+  // never returns); without one, the kernel kills the process.
+  check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, notifies ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS),
+        "badarch");
   // nsbox sets no_new_privs itself; the exported program must not assume it.
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "nnp");
   rules.push_back({"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
-                   "another ABI's syscall numbers would bypass this filter"});
+                   "another ABI's syscall numbers would bypass this filter; the run is killed and the Result names the call"});
   return ctx;
 }
 
@@ -169,7 +173,8 @@ void SeccompProgram::finish(void* ctx) {
 SeccompProgram SeccompProgram::default_policy() {
   SeccompProgram program;
   auto& rules = program.rules_;
-  FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules);
+  program.notifies_ = true;
+  FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules, true);
 
   for (const auto& rule : kDenyRules) {
     check(seccomp_rule_add(ctx.get(), deny_action(rule.err), resolve(rule.syscall), 0), rule.syscall);
@@ -242,7 +247,8 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
   SeccompProgram program;
   auto& rules = program.rules_;
   program.notifies_ = std::find(syscalls.begin(), syscalls.end(), "sendmsg") != syscalls.end();
-  FilterCtx ctx = new_filter(program.notifies_ ? deny_action(EPERM) : SCMP_ACT_ERRNO(EPERM), "allow list", rules);
+  FilterCtx ctx = new_filter(program.notifies_ ? deny_action(EPERM) : SCMP_ACT_ERRNO(EPERM), "allow list", rules,
+                             program.notifies_);
   rules.push_back({"(any)", "not in the allow list", "EPERM", "only what the profile allows"});
   // Runtimes fall back from these on ENOSYS, never on EPERM.
   for (const auto& rule : kDenyRules) {

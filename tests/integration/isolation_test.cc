@@ -310,6 +310,30 @@ TEST(SeccompNotify, AStrictPolicyNamesWhatIsNotInItsList) {
   EXPECT_EQ(r.denied_syscalls.count("sync"), 1u) << "sync is not in the strict list";
 }
 
+TEST(SeccompNotify, AForeignAbiCallKillsTheRunAndIsNamed) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                               "print('before', flush=True)\n"
+                               "l.syscall(0x40000000 | 39)\n"  // x32 getpid
+                               "print('after', flush=True)\n"});
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kKilled) << r.stdout_data << r.stderr_data << r.error;
+  EXPECT_EQ(r.signal, SIGSYS);
+  EXPECT_EQ(r.stdout_data, "before\n") << "the call must never return";
+  EXPECT_EQ(r.denied_syscalls, (std::map<std::string, uint64_t>{{"x32 getpid", 1}}));
+  EXPECT_NE(r.error.find("x32 getpid is a system call of another ABI"), std::string::npos) << r.error;
+
+  // An allow list without sendmsg has no listener: the kernel kills the process.
+  std::vector<std::string> list;
+  for (const auto& name : SeccompProgram::strict_syscalls())
+    if (name != "sendmsg") list.push_back(name);
+  spec.seccomp = SeccompChoice{.kind = SeccompChoice::kAllowList, .allow = list};
+  Result k = run_with(spec);
+  EXPECT_EQ(k.status, RunStatus::kKilled) << k.stdout_data << k.stderr_data << k.error;
+  EXPECT_EQ(k.signal, SIGSYS);
+  EXPECT_EQ(k.stdout_data, "before\n");
+}
+
 TEST(SeccompNotify, AnAllowListWithoutSendmsgStillRunsAndDeniesWithEperm) {
   // Such a workload cannot hand the listener over: the policy answers in the
   // kernel instead (unnamed), rather than leaving the first denied call to
