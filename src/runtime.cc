@@ -76,7 +76,9 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
       out.status = "killed";
       out.error_type = "killed";
       out.error = "Execution was killed by " + signal_name(run.signal.value_or(SIGKILL)) +
-                  (run.signal == SIGSYS ? " (a forbidden system call)" : "");
+                  (run.signal != SIGSYS ? ""
+                   : run.error.empty() ? " (a forbidden system call)"
+                                       : " (" + run.error + ")");
       return;
     case RunStatus::kSetupError:
       out.status = "error";
