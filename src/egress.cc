@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <resolv.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -24,6 +25,12 @@ using Clock = std::chrono::steady_clock;
 
 // Connections served at once; more wait in the listen backlog.
 constexpr size_t kMaxActiveConnections = 64;
+// Name lookups in flight at once (each on a thread of its own).
+constexpr size_t kMaxLookups = 16;
+// Connections accepted per run, per request the policy allows: connections
+// that never make a request (garbage, nothing) cost the supervisor too. Past
+// it the listener is closed and further connects are refused.
+constexpr uint64_t kAcceptsPerRequest = 4;
 constexpr size_t kRelayBuffer = 64 * 1024;
 constexpr int kReplyTimeoutMs = 5000;
 
@@ -34,10 +41,14 @@ struct EgressProxy::Shared {
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> bytes_left{0};  // of the run's byte cap
 
+  std::vector<IpAddress> host_addresses;  // the host's own interfaces: special, like loopback
+
   mutable std::mutex mu;
-  std::condition_variable idle;  // active dropped to 0
+  std::condition_variable slot;  // active dropped below the cap (or to 0)
   size_t active = 0;
+  size_t lookups = 0;
   uint64_t requests = 0;
+  uint64_t accepted = 0;
   EgressReport report;
 };
 
@@ -46,7 +57,8 @@ namespace {
 using Shared = EgressProxy::Shared;
 
 int ms_left(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  // Rounded up: waking a little late is fine, before the deadline is not.
+  auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000));
 }
 
@@ -106,35 +118,61 @@ struct Lookup {
   std::vector<IpAddress> addresses;
 };
 
-std::vector<IpAddress> resolve(const Shared& s, const std::string& host, std::string& error) {
-  auto lookup = std::make_shared<Lookup>();
-  std::thread([lookup, host] {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    std::vector<IpAddress> found;
-    for (addrinfo* ai = res; rc == 0 && ai; ai = ai->ai_next) {
-      IpAddress a;
-      if (ai->ai_family == AF_INET) {
-        auto* sin = reinterpret_cast<sockaddr_in*>(ai->ai_addr);
-        std::memcpy(a.bytes.data(), &sin->sin_addr, 4);
-      } else if (ai->ai_family == AF_INET6) {
-        a.v6 = true;
-        std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, 16);
-      } else {
-        continue;
-      }
-      if (std::find(found.begin(), found.end(), a) == found.end()) found.push_back(a);
+// Resolves host with the host's resolver. The lookup runs on a thread of its
+// own that the session may abandon (at its deadline or at stop); its slot
+// among kMaxLookups is freed only when the lookup itself ends.
+std::vector<IpAddress> resolve(const std::shared_ptr<Shared>& shared, const std::string& host,
+                               std::string& error) {
+  Shared& s = *shared;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.lookups >= kMaxLookups) {
+      error = "cannot resolve " + host + ": too many lookups in flight";
+      return {};
     }
-    if (res) ::freeaddrinfo(res);
-    std::lock_guard lock(lookup->mu);
-    lookup->status = rc;
-    lookup->addresses = std::move(found);
-    lookup->done = true;
-    lookup->done_cv.notify_all();
-  }).detach();
+    ++s.lookups;
+  }
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, shared, host] {
+      // The name as checked: the resolver's search domains must not turn it
+      // into another one (this thread's resolver state only).
+      if (res_init() == 0) _res.options &= ~static_cast<unsigned long>(RES_DNSRCH | RES_DEFNAMES);
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* res = nullptr;
+      int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+      std::vector<IpAddress> found;
+      for (addrinfo* ai = res; rc == 0 && ai; ai = ai->ai_next) {
+        IpAddress a;
+        if (ai->ai_family == AF_INET) {
+          std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, 4);
+        } else if (ai->ai_family == AF_INET6) {
+          a.v6 = true;
+          std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, 16);
+        } else {
+          continue;
+        }
+        if (std::find(found.begin(), found.end(), a) == found.end()) found.push_back(a);
+      }
+      if (res) ::freeaddrinfo(res);
+      {
+        std::lock_guard lock(lookup->mu);
+        lookup->status = rc;
+        lookup->addresses = std::move(found);
+        lookup->done = true;
+        lookup->done_cv.notify_all();
+      }
+      std::lock_guard lock(shared->mu);
+      --shared->lookups;
+    }).detach();
+  } catch (const std::system_error&) {
+    std::lock_guard lock(s.mu);
+    --s.lookups;
+    error = "cannot resolve " + host + ": no thread for the lookup";
+    return {};
+  }
 
   const auto deadline = after_ms(s.timeouts.resolve_ms);
   std::unique_lock lock(lookup->mu);
@@ -276,7 +314,9 @@ class Session {
       }
       pending.insert(0, req.upstream_head);
     }
-    relay(d, std::move(pending), budget);
+    if (!relay(d, std::move(pending), budget) && req.protocol == ProxyProtocol::kHttpForward)
+      reply(http_proxy_response(403, "nsbox egress: denied " + target + ": the run's byte cap (" +
+                                         std::to_string(s_->policy.max_bytes) + " bytes) is reached\n"));
   }
 
   void serve_socks5() {
@@ -343,13 +383,13 @@ class Session {
       if (!v.allowed) return record(protocol, target, {"denied", v.reason, "", {}, 0});
       host_rule = v.host_rule;
       std::string error;
-      candidates = resolve(*s_, target.host, error);
+      candidates = resolve(s_, target.host, error);
       if (candidates.empty()) return record(protocol, target, {"failed", error, "", {}, 0});
     }
     std::vector<IpAddress> allowed;
     Verdict first_denial;
     for (const auto& a : candidates) {
-      Verdict v = check_address(s_->policy, host_rule, a, target.port);
+      Verdict v = check_address(s_->policy, host_rule, a, target.port, s_->host_addresses);
       if (v.allowed) {
         allowed.push_back(a);
         if (d.reason.empty()) d.reason = v.reason;
@@ -394,28 +434,35 @@ class Session {
     bool shut = false;      // `to` was told (SHUT_WR)
     uint64_t total = 0;
     std::optional<uint64_t> budget;  // bytes `from` may still send
+    // The request body is complete: `from` is only watched for its close
+    // (which ends the exchange), and anything more it sends is dropped.
+    bool draining = false;
     bool pending() const { return off < buf.size(); }
   };
 
-  void relay(Decision& d, std::string first_up, std::optional<uint64_t> client_budget) {
+  // Relays until both sides are done; false when the run's byte cap left no
+  // room even for what the proxy already holds (nothing was sent upstream).
+  bool relay(Decision& d, std::string first_up, std::optional<uint64_t> client_budget) {
     const int up_fd = d.upstream.get();
     Pipe up{client_.get(), up_fd, std::move(first_up), 0, false, false, 0, client_budget};
     Pipe down{up_fd, client_.get(), {}, 0, false, false, 0, std::nullopt};
     // What the proxy already holds for upstream (a forwarded head, early
     // data) is the sandbox's traffic too: counted, and within the cap.
-    if (reserve_bytes(*s_, up.buf.size()) < up.buf.size()) {
+    const size_t first = up.buf.size();
+    if (size_t got = reserve_bytes(*s_, first); got < first) {
+      s_->bytes_left += got;
       std::lock_guard lock(s_->mu);
       s_->report.byte_cap_hit = true;
-      return;
+      return false;
     }
-    up.total = up.buf.size();
+    up.total = first;
     bool hung_up[2] = {false, false};  // POLLHUP seen where nothing was asked: stop polling it
     bool ok = true;
     while (ok && !(up.eof && down.eof && !up.pending() && !down.pending())) {
       pollfd fds[3] = {{client_.get(), 0, 0}, {up_fd, 0, 0}, {s_->stop_fd.get(), POLLIN, 0}};
       auto want = [](Pipe& p, pollfd& from_pfd, pollfd& to_pfd) {
         if (p.pending()) to_pfd.events |= POLLOUT;
-        else if (!p.eof) from_pfd.events |= POLLIN;
+        else if (!p.eof || p.draining) from_pfd.events |= POLLIN;
       };
       want(up, fds[0], fds[1]);
       want(down, fds[1], fds[0]);
@@ -428,7 +475,8 @@ class Session {
         if (fds[i].revents & (POLLERR | POLLNVAL)) ok = false;
         if ((fds[i].revents & POLLHUP) && fds[i].events == 0) hung_up[i] = true;
       }
-      ok = ok && step(up) && step(down);
+      auto readable = [](const pollfd& p) { return (p.revents & (POLLIN | POLLHUP)) != 0; };
+      ok = ok && step(up, readable(fds[0])) && step(down, readable(fds[1]));
     }
     std::lock_guard lock(s_->mu);
     s_->report.bytes_sent += up.total;
@@ -437,6 +485,7 @@ class Session {
       s_->report.connections[d.record].bytes_sent = up.total;
       s_->report.connections[d.record].bytes_received = down.total;
     }
+    return true;
   }
 
   // Sends what is pending without blocking; false when `to` is gone.
@@ -451,11 +500,22 @@ class Session {
     return true;
   }
 
-  // Moves what it can in one direction without blocking: flushes, then reads
-  // once (within the budget and the run's byte cap). false ends the relay.
-  bool step(Pipe& p) {
+  // After the request body: reads and drops what comes; false at the
+  // client's close (nobody is left to answer).
+  static bool drain(Pipe& p) {
+    char scratch[4096];
+    ssize_t n = ::read(p.from, scratch, sizeof scratch);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    return n > 0;
+  }
+
+  // Moves what it can in one direction without blocking: flushes, then, when
+  // `from` is readable, reads once (within the budget and the run's byte
+  // cap). false ends the relay.
+  bool step(Pipe& p, bool readable) {
     if (!flush(p)) return false;
     if (p.pending()) return true;
+    if (p.draining) return !readable || drain(p);
     if (p.eof) {
       if (!p.shut) ::shutdown(p.to, SHUT_WR);
       p.shut = true;
@@ -466,8 +526,10 @@ class Session {
     if (want == 0) {
       p.eof = true;  // the request body is complete; nothing more goes upstream
       p.shut = true;
+      p.draining = true;
       return true;
     }
+    if (!readable) return true;
     const size_t granted = reserve_bytes(*s_, want);
     if (granted == 0) {
       std::lock_guard lock(s_->mu);
@@ -505,6 +567,7 @@ EgressProxy::EgressProxy(EgressPolicy policy, EgressTimeouts timeouts) : shared_
   shared_->policy = std::move(policy);
   shared_->timeouts = timeouts;
   shared_->bytes_left = shared_->policy.max_bytes;
+  shared_->host_addresses = host_interface_addresses();
   shared_->stop_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!shared_->stop_fd) throw SysError("eventfd", "egress proxy", errno);
 }
@@ -513,6 +576,9 @@ EgressProxy::~EgressProxy() { stop(); }
 
 void EgressProxy::start(UniqueFd listener) {
   if (listener_ || stopped_) return;
+  int listening = 0;
+  socklen_t len = sizeof listening;
+  if (::getsockopt(listener.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) return;
   listener_ = std::move(listener);
   set_nonblocking(listener_.get());
   acceptor_ = std::thread([this] { accept_loop(); });
@@ -520,6 +586,19 @@ void EgressProxy::start(UniqueFd listener) {
 
 void EgressProxy::accept_loop() {
   for (;;) {
+    {
+      // At the cap, new connections wait in the listen backlog.
+      std::unique_lock lock(shared_->mu);
+      shared_->slot.wait(lock, [&] { return shared_->active < kMaxActiveConnections || shared_->stopping; });
+      if (shared_->stopping) return;
+      const uint64_t budget = std::max<uint64_t>(shared_->policy.max_connections, 16) * kAcceptsPerRequest;
+      if (shared_->accepted >= budget) {
+        // A flood of connections that make no request: refuse the rest.
+        shared_->report.connection_cap_hit = true;
+        listener_.reset();
+        return;
+      }
+    }
     pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {shared_->stop_fd.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -536,14 +615,22 @@ void EgressProxy::accept_loop() {
       return;
     }
     std::unique_lock lock(shared_->mu);
-    if (shared_->active >= kMaxActiveConnections) continue;  // closes it: the sandbox is flooding
+    ++shared_->accepted;
     ++shared_->active;
     lock.unlock();
-    std::thread([shared = shared_, fd = client.release()]() mutable {
-      Session(shared, UniqueFd(fd)).serve();
-      std::lock_guard l(shared->mu);
-      if (--shared->active == 0) shared->idle.notify_all();
-    }).detach();
+    try {
+      std::thread([shared = shared_, fd = client.get()] {
+        Session(shared, UniqueFd(fd)).serve();
+        std::lock_guard l(shared->mu);
+        --shared->active;
+        shared->slot.notify_all();
+      }).detach();
+      client.release();  // the session owns it now
+    } catch (const std::system_error&) {
+      // No thread for it (the host is out of tasks): drop this connection.
+      std::lock_guard l(shared_->mu);
+      --shared_->active;
+    }
   }
 }
 
@@ -553,10 +640,16 @@ void EgressProxy::stop() {
   shared_->stopping = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(shared_->stop_fd.get(), &one, sizeof one);
+  std::unique_lock lock(shared_->mu);
+  shared_->slot.notify_all();  // the acceptor may be waiting for a slot
+  lock.unlock();
   if (acceptor_.joinable()) acceptor_.join();
   listener_.reset();
-  std::unique_lock lock(shared_->mu);
-  shared_->idle.wait(lock, [&] { return shared_->active == 0; });
+  lock.lock();
+  shared_->slot.wait(lock, [&] { return shared_->active == 0; });
+  // Every session is done with it; lookups never use it. Closed here rather
+  // than with the last reference, which a lookup thread may hold a while.
+  shared_->stop_fd.reset();
 }
 
 EgressReport EgressProxy::report() const {
@@ -569,12 +662,16 @@ std::vector<std::pair<std::string, std::string>> egress_environment(const Egress
   const std::string http = std::string("http://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
   const std::string socks = std::string("socks5h://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
   // The sandbox's own loopback is reached directly, unless the profile grants
-  // host loopback through the proxy: then loopback URLs must go to the proxy.
+  // the host's loopback through the proxy (as the proxy would decide it):
+  // then loopback URLs must go to the proxy.
   bool grants_loopback = false;
-  for (const auto& rule : policy.allow) {
-    if (rule.cidr && (rule.cidr->contains(*parse_ip("127.0.0.1")) || rule.cidr->contains(*parse_ip("::1"))))
-      grants_loopback = true;
-    if (!rule.cidr && host_matches(rule.host, "localhost")) grants_loopback = true;
+  for (const char* loopback : {"127.0.0.1", "::1"}) {
+    const IpAddress a = *parse_ip(loopback);
+    for (const auto& rule : policy.allow) {
+      if (rule.ports.empty()) continue;
+      const EgressRule* host_rule = !rule.cidr && host_matches(rule.host, "localhost") ? &rule : nullptr;
+      if (check_address(policy, host_rule, a, rule.ports.front()).allowed) grants_loopback = true;
+    }
   }
   const std::string no_proxy = grants_loopback ? "" : "localhost,127.0.0.1,::1";
   std::string node = std::string("--require=") + kNodeEgressPreload;

@@ -1,9 +1,12 @@
 #include "nsbox/egress_policy.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <stdexcept>
 
 namespace nsbox {
@@ -60,7 +63,9 @@ constexpr Range kPrivateV4[] = {
     {"127.0.0.0/8", "loopback"},
     {"169.254.0.0/16", "link-local (cloud metadata)"},
     {"172.16.0.0/12", "private (RFC 1918)"},
+    {"168.63.129.16/32", "cloud platform service (Azure WireServer)"},
     {"192.0.0.0/24", "IETF protocol assignments"},
+    {"192.88.99.0/24", "6to4 relay anycast (deprecated)"},
     {"192.168.0.0/16", "private (RFC 1918)"},
     {"198.18.0.0/15", "benchmarking"},
     {"224.0.0.0/4", "multicast"},
@@ -80,15 +85,22 @@ constexpr Range kPrivateV6[] = {
     {"ff00::/8", "multicast"},
 };
 
-std::optional<SpecialRange> find_range(const IpAddress& a) {
-  auto search = [&](const auto& table) -> std::optional<SpecialRange> {
-    for (const auto& r : table) {
-      Cidr c = parse_cidr(r.cidr);
-      if (c.contains(a)) return SpecialRange{std::string(r.name) + " " + r.cidr, c};
-    }
-    return std::nullopt;
+// The tables above, parsed once.
+const std::vector<SpecialRange>& special_ranges(bool v6) {
+  auto parse = [](const auto& table) {
+    std::vector<SpecialRange> out;
+    for (const auto& r : table) out.push_back({std::string(r.name) + " " + r.cidr, parse_cidr(r.cidr)});
+    return out;
   };
-  return a.v6 ? search(kPrivateV6) : search(kPrivateV4);
+  static const std::vector<SpecialRange> v4_ranges = parse(kPrivateV4);
+  static const std::vector<SpecialRange> v6_ranges = parse(kPrivateV6);
+  return v6 ? v6_ranges : v4_ranges;
+}
+
+std::optional<SpecialRange> find_range(const IpAddress& a) {
+  for (const auto& r : special_ranges(a.v6))
+    if (r.range.contains(a)) return r;
+  return std::nullopt;
 }
 
 // The IPv6 range that embeds an IPv4 range at byte offset, below prefix.
@@ -133,6 +145,9 @@ Cidr parse_cidr(std::string_view text) {
     if (c.prefix > max)
       throw std::invalid_argument("prefix length " + std::to_string(c.prefix) + " is out of range 0.." + std::to_string(max));
   }
+  if (c.base.v6 && canonical(c.base) != c.base)
+    throw std::invalid_argument(std::string(text) +
+                                " is an IPv4-mapped range: write the IPv4 form (mapped addresses are checked as IPv4)");
   Cidr masked = c;
   for (int bit = c.prefix; bit < max; ++bit) masked.base.bytes[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
   if (masked.base != c.base)
@@ -144,6 +159,11 @@ std::optional<SpecialRange> special_range(const IpAddress& address) {
   IpAddress a = canonical(address);
   if (a.v6 && has_prefix(a, {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0})) {
     if (auto inner = find_range(v4_at(a, 12))) return embedded(*inner, "NAT64", *parse_ip("64:ff9b::"), 12, 96);
+    return std::nullopt;
+  }
+  if (a.v6 && has_prefix(a, {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0})) {  // SIIT ::ffff:0:a.b.c.d
+    if (auto inner = find_range(v4_at(a, 12)))
+      return embedded(*inner, "IPv4-translated", *parse_ip("::ffff:0:0.0.0.0"), 12, 96);
     return std::nullopt;
   }
   if (a.v6 && has_prefix(a, {0x20, 0x02})) {
@@ -230,9 +250,11 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
 }
 
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address,
-                      uint16_t port) {
+                      uint16_t port, const std::vector<IpAddress>& host_addresses) {
   const IpAddress a = canonical(address);
-  const std::optional<SpecialRange> special = special_range(a);
+  std::optional<SpecialRange> special = special_range(a);
+  if (!special && std::find(host_addresses.begin(), host_addresses.end(), a) != host_addresses.end())
+    special = SpecialRange{"an address of this host", Cidr{a, a.v6 ? 128 : 32}};
   const EgressRule* cidr_rule = nullptr;
   const EgressRule* other_port = nullptr;
   for (const auto& rule : policy.allow) {
@@ -265,6 +287,27 @@ Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, c
   }
   if (private_refused) return {false, private_reason, nullptr};
   return {true, "rule " + (cidr_rule ? cidr_rule : host_rule)->describe(), host_rule};
+}
+
+std::vector<IpAddress> host_interface_addresses() {
+  std::vector<IpAddress> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    IpAddress a;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      a.v6 = true;
+      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
+    } else {
+      continue;
+    }
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  ::freeifaddrs(list);
+  return out;
 }
 
 }  // namespace nsbox

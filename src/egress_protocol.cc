@@ -182,7 +182,10 @@ std::variant<HttpProxyRequest, HttpProxyError> parse_http_proxy_request(std::str
       std::string_view v = h.value;
       while (!v.empty()) {
         size_t comma = v.find(',');
-        dropped.insert(lower(trim(v.substr(0, comma))));
+        std::string named = lower(trim(v.substr(0, comma)));
+        // The body's framing is the proxy's to keep: dropping it would let
+        // one recorded request carry another.
+        if (named != "content-length" && named != "transfer-encoding") dropped.insert(named);
         v = comma == std::string_view::npos ? std::string_view() : v.substr(comma + 1);
       }
     } else if (name == "content-length") {
@@ -195,6 +198,7 @@ std::variant<HttpProxyRequest, HttpProxyError> parse_http_proxy_request(std::str
     } else if (name == "transfer-encoding") {
       transfer_encoding = transfer_encoding ? *transfer_encoding + "," + lower(h.value) : lower(h.value);
     } else if (name == "host") {
+      if (has_host) return error(400, "more than one Host header");
       has_host = true;
     }
   }
@@ -212,14 +216,14 @@ std::variant<HttpProxyRequest, HttpProxyError> parse_http_proxy_request(std::str
   std::string& out = req.upstream_head;
   out.reserve(head.size() + 64);
   out.append(method).append(" ").append(path).append(" ").append(version).append("\r\n");
-  if (!has_host) {
-    std::string host = req.target.address && req.target.address->v6 ? "[" + req.target.host + "]" : req.target.host;
-    out.append("Host: ").append(host);
-    if (req.target.port != 80) out.append(":").append(std::to_string(req.target.port));
-    out.append("\r\n");
-  }
+  // Host is the URI's authority, whatever the client wrote (RFC 9112 3.2.2):
+  // the upstream serves the host that was checked.
+  std::string host = req.target.address && req.target.address->v6 ? "[" + req.target.host + "]" : req.target.host;
+  out.append("Host: ").append(host);
+  if (req.target.port != 80) out.append(":").append(std::to_string(req.target.port));
+  out.append("\r\n");
   for (const auto& h : headers) {
-    if (dropped.count(lower(h.name))) continue;
+    if (dropped.count(lower(h.name)) || lower(h.name) == "host") continue;
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   out.append("Connection: close\r\n\r\n");

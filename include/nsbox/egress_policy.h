@@ -99,8 +99,15 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
 // The decision for one address: the name's host rule (if the request named a
 // host) or a cidr rule must allow it, and deny_private refuses special ranges
 // unless a cidr rule lying within the address's special range allows the
-// port (127.0.0.1/32 reaches loopback; 0.0.0.0/0 does not).
+// port (127.0.0.1/32 reaches loopback; 0.0.0.0/0 does not). host_addresses
+// (the host's own interfaces, which the proxy reaches through loopback) are
+// special too: only a rule naming exactly one of them opens it.
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule,
-                      const IpAddress& address, uint16_t port);
+                      const IpAddress& address, uint16_t port,
+                      const std::vector<IpAddress>& host_addresses = {});
+
+// The addresses of this host's interfaces (getifaddrs), IPv6 link-local
+// included; empty if they cannot be read.
+std::vector<IpAddress> host_interface_addresses();
 
 }  // namespace nsbox
