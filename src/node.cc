@@ -180,6 +180,7 @@ class Node {
   void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
                   const Job& job, const JobResult& result, double seconds) const;
   void reload();
+  void configure_pool(const NodeConfig& c) const;
   void drain();
 
   NodeOptions options_;
@@ -398,7 +399,14 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   });
   svr->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     auto cfg_now = config();
-    Metrics::Gauges g{admission_.running(), admission_.queued(), cfg_now->max_concurrent, cfg_now->queue_depth};
+    const PoolStats& ps = spawner_.pool_stats();
+    Metrics::Gauges g;
+    g.running = admission_.running();
+    g.queued = admission_.queued();
+    g.max_running = cfg_now->max_concurrent;
+    g.max_queued = cfg_now->queue_depth;
+    g.pool = {ps.idle.load(),   ps.starting.load(), ps.idle_memory_bytes.load(), ps.hits.load(),
+              ps.misses.load(), ps.refills.load(),  ps.refill_ms_total.load(),   ps.retired.load()};
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
   });
   svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res,
@@ -423,6 +431,36 @@ bool same_addresses(const NodeConfig& a, const NodeConfig& b) {
   return true;
 }
 
+namespace {
+
+// Every tenant's profile, warm in both languages.
+std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
+  std::vector<PoolEntry> out;
+  if (c.pool_size == 0) return out;
+  for (const auto& t : c.tenants) {
+    for (Language language : {Language::kPython, Language::kJavaScript}) {
+      PoolEntry e;
+      e.key = pool_key(t.profile_yaml, language);
+      e.profile_name = t.profile.name;
+      e.profile_yaml = t.profile_yaml;
+      e.language = language;
+      e.size = c.pool_size;
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void Node::configure_pool(const NodeConfig& c) const {
+  try {
+    spawner_.configure_pool(pool_entries(c), c.pool_memory);
+  } catch (const std::exception& e) {
+    spdlog::error("warm pool not configured: {}", e.what());
+  }
+}
+
 void Node::reload() {
   const std::string what = options_.config_path.empty() ? "the built-in config" : options_.config_path;
   try {
@@ -436,6 +474,7 @@ void Node::reload() {
       spdlog::warn("reload: cgroup_parent changed; it takes effect at the next restart");
     auto audit_log = std::make_shared<AuditLog>(next->audit_log);  // reopened: rotation
     admission_.resize(next->max_concurrent, next->queue_depth);
+    configure_pool(*next);  // sandboxes of changed profiles are retired
     spdlog::set_level(spdlog::level::from_str(next->log_level));
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
@@ -464,6 +503,7 @@ void Node::drain() {
 }
 
 int Node::serve(const sigset_t& signals) {
+  configure_pool(*config());
   auto cfg = config();
   for (size_t i = 0; i < cfg->listeners.size(); ++i) {
     auto svr = make_server(i);

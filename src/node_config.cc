@@ -22,6 +22,7 @@ using std::chrono::milliseconds;
 constexpr size_t kMinTokenLength = 16;
 constexpr size_t kMaxTokenLength = 4096;
 constexpr uint32_t kMaxConcurrent = 4096;
+constexpr uint64_t kMaxPoolSize = 64;  // warm sandboxes per tenant and language
 constexpr uint32_t kMaxQueue = 65536;
 constexpr size_t kMaxTenantNameLength = 64;
 
@@ -32,7 +33,8 @@ const profile_yaml::Schema& schema() {
             "cgroup_parent"}},
       {"listeners[]", {"address", "language", "tenant"}},
       {"tenants[]", {"name", "token", "token_file", "profile"}},
-      {"limits", {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "grace_period"}},
+      {"limits", {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "grace_period", "pool_size",
+                  "pool_memory"}},
       {"cors", {"allow_origins"}},
   };
   return sections;
@@ -153,6 +155,8 @@ void read_limits(const Field& f, NodeConfig& c) {
   if (auto v = map.get("body_limit")) c.body_limit = v->size(1024, 1ull << 30);
   if (auto v = map.get("client_timeout")) c.client_timeout = v->duration(milliseconds(100), milliseconds(600000));
   if (auto v = map.get("grace_period")) c.grace_period = v->duration(milliseconds(0), milliseconds(3600000));
+  if (auto v = map.get("pool_size")) c.pool_size = static_cast<uint32_t>(v->integer(0, kMaxPoolSize));
+  if (auto v = map.get("pool_memory")) c.pool_memory = v->size(0, 1ull << 40);
 }
 
 std::string read_log_level(const Field& f) {

@@ -107,30 +107,55 @@ const char* to_string(Language language) {
   return language == Language::kPython ? "python" : "javascript";
 }
 
-ExecOutcome run_exec(const Launcher& launcher, RunSpec spec, const ExecRequest& request,
-                     int cancel_fd) {
-  spec.argv = request.language == Language::kPython
-                  ? std::vector<std::string>{"python3", "/opt/nsbox/runner.py"}
-                  : std::vector<std::string>{"node", "/opt/nsbox/runner.js"};
-  spec.stdio = StdioMode::kCapture;
-  spec.capture_fd3 = true;
-  spec.stdin_data = nlohmann::ordered_json{{"code", request.code}, {"inputs", request.inputs}}.dump(
+RunSpec exec_spec(RunSpec base, Language language) {
+  base.argv = language == Language::kPython ? std::vector<std::string>{"python3", "/opt/nsbox/runner.py"}
+                                            : std::vector<std::string>{"node", "/opt/nsbox/runner.js"};
+  base.stdio = StdioMode::kCapture;
+  base.capture_fd3 = true;
+  base.stdin_data = "";  // the request, written when the run starts
+  return base;
+}
+
+namespace {
+
+std::string request_text(const ExecRequest& request) {
+  return nlohmann::ordered_json{{"code", request.code}, {"inputs", request.inputs}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Nothing to run: answered before any sandbox runs, as the platform does.
+std::optional<ExecOutcome> answer_without_code(const ExecRequest& request) {
+  if (request.code.find_first_not_of(" \t\r\n") != std::string::npos) return std::nullopt;
   ExecOutcome out;
-  if (request.code.find_first_not_of(" \t\r\n") == std::string::npos) {
-    // Nothing to run: answered before any sandbox starts, as the platform does.
-    out.status = "error";
-    out.error_type = "contract";
-    out.error = "No code provided.";
-    out.run.status = RunStatus::kOk;
-    return out;
-  }
-  out.run = launcher.run(spec, cancel_fd);
+  out.status = "error";
+  out.error_type = "contract";
+  out.error = "No code provided.";
+  out.run.status = RunStatus::kOk;
+  return out;
+}
+
+ExecOutcome outcome_of(const RunSpec& spec, Result run) {
+  ExecOutcome out;
+  out.run = std::move(run);
   // A result counts only when the runner also finished normally: a workload
   // killed after writing one still ran out of time or memory.
   const bool finished = out.run.status == RunStatus::kOk;
   if (!(finished && parse_runner_result(out.run, out))) describe_failure(spec, out.run, out);
   return out;
+}
+
+}  // namespace
+
+ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd) {
+  if (auto answer = answer_without_code(request)) return *answer;
+  RunSpec spec = exec_spec(std::move(base), request.language);
+  spec.stdin_data = request_text(request);
+  return outcome_of(spec, launcher.run(spec, cancel_fd));
+}
+
+ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd) {
+  if (auto answer = answer_without_code(request)) return *answer;
+  return outcome_of(spec, prepared.finish(request_text(request), spec.limits.wall_time, cancel_fd));
 }
 
 nlohmann::ordered_json to_json(const ExecOutcome& o) {

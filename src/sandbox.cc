@@ -62,6 +62,8 @@ class SandboxProcess {
   SandboxProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
   SandboxProcess(const SandboxProcess&) = delete;
   SandboxProcess& operator=(const SandboxProcess&) = delete;
+  SandboxProcess(SandboxProcess&& other) noexcept
+      : pid_(other.pid_), pidfd_(std::move(other.pidfd_)), reaped_(std::exchange(other.reaped_, true)) {}
   ~SandboxProcess() {
     if (reaped_) return;
     kill();
@@ -165,6 +167,7 @@ struct Watch {
   std::optional<Clock::time_point> deadline;
   RunCgroup* cgroup = nullptr;
   std::chrono::milliseconds cpu_time{0};  // enforced from the cgroup's usage
+  int64_t cpu_baseline_ms = 0;            // usage before the run began (a warm sandbox's start-up)
   UniqueFd notify_sock;  // the workload sends its seccomp listener here
   UniqueFd listener;     // then: denied calls to answer and record
   UniqueFd proxy_sock;   // PID 1 sends the egress proxy's listening socket here
@@ -287,7 +290,7 @@ Observation supervise(Watch w) {
       if (w.deadline && Clock::now() >= *w.deadline) {
         obs.timed_out = true;
         w.proc.kill();
-      } else if (enforce_cpu && w.cgroup->usage().cpu_ms >= w.cpu_time.count()) {
+      } else if (enforce_cpu && w.cgroup->usage().cpu_ms - w.cpu_baseline_ms >= w.cpu_time.count()) {
         obs.cpu_time_exceeded = true;
         w.proc.kill();
       }
@@ -523,18 +526,86 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
   return cgroup;
 }
 
-Result Launcher::run(const RunSpec& input, int cancel_fd) const {
-  const auto start = Clock::now();
-  Result result;
+// Everything a started sandbox holds between prepare() and finish(); the
+// members are destroyed in reverse order: the sandbox is killed and reaped
+// before its cgroup, proxy and workspace go.
+struct PreparedRun::State {
+  RunSpec spec;
+  Clock::time_point prepared_at;
+  Result result;                       // warnings so far; the whole Result when prepare failed
+  bool failed = false;
+  std::optional<Workspace> workspace;
+  std::unique_ptr<RunCgroup> cgroup;
+  std::unique_ptr<EgressProxy> proxy;
+  Pipe sync;                           // the write end stays open for the whole run
+  UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
+  std::optional<OutputCapture> out, err, fd3;
+  std::optional<SandboxProcess> proc;
+  bool finished = false;
+};
+
+PreparedRun::PreparedRun(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PreparedRun::~PreparedRun() = default;
+
+int PreparedRun::pidfd() const { return state_->proc ? state_->proc->pidfd() : -1; }
+namespace {
+
+// The first child of pid (the workload, for a sandbox's PID 1), or 0.
+pid_t first_child(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/task/%d/children", pid, pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[64] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n > 0 ? static_cast<pid_t>(std::atoi(buf)) : 0;
+}
+
+// Whether pid sits in read(0, ...): /proc/PID/syscall starts with the
+// syscall number and its first argument.
+bool blocked_reading_stdin(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/syscall", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[64] = {};
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  return n > 0 && std::strncmp(buf, "0 0x0 ", 6) == 0;
+}
+
+}  // namespace
+
+bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout) const {
+  if (!state_->proc) return false;
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    pollfd p{state_->proc->pidfd(), POLLIN, 0};
+    if (::poll(&p, 1, 2) != 0) return false;  // PID 1 ended (or poll failed)
+    if (pid_t workload = first_child(state_->proc->pid()); workload > 0 && blocked_reading_stdin(workload))
+      return true;
+  }
+  return false;
+}
+
+int64_t PreparedRun::memory_bytes() const {
+  return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1;
+}
+
+std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input) const {
+  auto st = std::make_unique<PreparedRun::State>();
+  st->prepared_at = Clock::now();
+  Result& result = st->result;
   try {
     validate(input);
-    RunSpec spec = input;
+    st->spec = input;
+    RunSpec& spec = st->spec;
     spec.rootfs = resolve_rootfs(input.rootfs);
-    std::optional<Workspace> workspace;
     if (spec.workspace) {
-      workspace.emplace(*spec.workspace, host_ids_.uid, host_ids_.gid);
-      spec.binds.insert(spec.binds.begin(), {workspace->host_path(), spec.workspace->inside_path, false, false});
-      if (!workspace->size_capped())
+      st->workspace.emplace(*spec.workspace, host_ids_.uid, host_ids_.gid);
+      spec.binds.insert(spec.binds.begin(), {st->workspace->host_path(), spec.workspace->inside_path, false, false});
+      if (!st->workspace->size_capped())
         result.warnings.push_back("workspace size not capped (a tmpfs workspace needs root)");
     }
     MountPlan plan = MountPlan::for_spec(spec);
@@ -542,13 +613,15 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     CStringArray envp(env_strings(spec));
     const std::string search_path = find_env(spec, "PATH", "/usr/local/bin:/usr/bin:/bin");
     std::set<std::string> unenforced;
-    std::unique_ptr<RunCgroup> cgroup = make_cgroup(spec, result.warnings, unenforced);
+    st->cgroup = make_cgroup(spec, result.warnings, unenforced);
+    RunCgroup* cgroup = st->cgroup.get();
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced,
                                              spec.limits.cpu_time.count() > 0 && !cgroup))
       rlimits.push_back(extra);
 
-    Pipe sync = Pipe::create();
+    st->sync = Pipe::create();
+    Pipe& sync = st->sync;
     Pipe errors = Pipe::create();
     Pipe reports = Pipe::create();
     std::optional<Pipe> out_pipe;
@@ -571,18 +644,18 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     int notify_pair[2];
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, notify_pair) != 0)
       throw SysError("socketpair", "seccomp notification", errno);
-    UniqueFd notify_recv(notify_pair[0]), notify_send(notify_pair[1]);
+    UniqueFd notify_send(notify_pair[1]);
+    st->notify_recv.reset(notify_pair[0]);
     std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get(), notify_send.get()};
-    std::optional<EgressProxy> proxy;
-    UniqueFd proxy_recv, proxy_send;
+    UniqueFd proxy_send;
     if (spec.egress) {
       int proxy_pair[2];
       if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, proxy_pair) != 0)
         throw SysError("socketpair", "egress proxy", errno);
-      proxy_recv.reset(proxy_pair[0]);
+      st->proxy_recv.reset(proxy_pair[0]);
       proxy_send.reset(proxy_pair[1]);
       keep.push_back(proxy_send.get());
-      proxy.emplace(*spec.egress);
+      st->proxy = std::make_unique<EgressProxy>(*spec.egress);
     }
     if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
@@ -619,28 +692,30 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
         .cmdline_size = cmdline_.second - cmdline_.first,
     };
 
-    SandboxProcess proc = clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1);
+    st->proc.emplace(clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1));
+    SandboxProcess& proc = *st->proc;
     sync.read.reset();
     notify_send.reset();
     proxy_send.reset();
     errors.write.reset();
     reports.write.reset();
     stdin_source.reset();
-    std::optional<OutputCapture> out;
-    std::optional<OutputCapture> err;
-    std::optional<OutputCapture> fd3;
+    st->error_read = std::move(errors.read);
+    st->report_read = std::move(reports.read);
     if (out_pipe) {
       out_pipe->write.reset();
       err_pipe->write.reset();
-      out.emplace(std::move(out_pipe->read), spec.limits.stdout_bytes);
-      err.emplace(std::move(err_pipe->read), spec.limits.stderr_bytes);
+      st->out.emplace(std::move(out_pipe->read), spec.limits.stdout_bytes);
+      st->err.emplace(std::move(err_pipe->read), spec.limits.stderr_bytes);
     }
     if (fd3_pipe) {
       fd3_pipe->write.reset();
-      fd3.emplace(std::move(fd3_pipe->read), spec.result_bytes);
+      st->fd3.emplace(std::move(fd3_pipe->read), spec.result_bytes);
     }
-    if (in_pipe && ::fcntl(in_pipe->write.get(), F_SETFL, O_NONBLOCK) != 0)
-      throw SysError("fcntl", "stdin pipe", errno);
+    if (in_pipe) {
+      if (::fcntl(in_pipe->write.get(), F_SETFL, O_NONBLOCK) != 0) throw SysError("fcntl", "stdin pipe", errno);
+      st->stdin_write = std::move(in_pipe->write);
+    }
 
     write_id_maps(proc.pid(), spec.sandbox_uid, spec.sandbox_gid, host_ids_);
     // sync.write stays open until the run ends: the child treats its hang-up
@@ -654,50 +729,83 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     // EPIPE: the child already failed its setup; its report says why.
     if (::write(sync.write.get(), "c", 1) != 1 && errno != EPIPE)
       throw SysError("write", "sandbox sync pipe", errno);
+  } catch (const SysError& e) {
+    std::vector<std::string> warnings = std::move(result.warnings);
+    st->proc.reset();  // kill and reap it before anything it uses goes
+    result = Result{};
+    result.warnings = std::move(warnings);
+    result.status = RunStatus::kSetupError;
+    result.error = e.what();
+    result.exit_code = kSetupFailedExit;
+    st->failed = true;
+  }
+  return std::unique_ptr<PreparedRun>(new PreparedRun(std::move(st)));
+}
 
-    Watch watch{.proc = proc,
-                .error_fd = std::move(errors.read),
-                .report_fd = std::move(reports.read),
-                .out = out ? &*out : nullptr,
-                .err = err ? &*err : nullptr,
-                .fd3 = fd3 ? &*fd3 : nullptr,
-                .stdin_fd = in_pipe ? std::move(in_pipe->write) : UniqueFd(),
-                .stdin_data = spec.stdin_data ? &*spec.stdin_data : nullptr,
+Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::milliseconds wall_time,
+                           int cancel_fd, std::optional<std::chrono::steady_clock::time_point> started) {
+  State& st = *state_;
+  const auto start = started.value_or(Clock::now());
+  Result result = std::move(st.result);
+  if (st.finished) throw UsageError("a prepared run finishes once");
+  st.finished = true;
+  if (st.failed) {
+    result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    return result;
+  }
+  const RunSpec& spec = st.spec;
+  RunCgroup* cgroup = st.cgroup.get();
+  // What the sandbox used while it waited (a warm sandbox's interpreter
+  // start-up) is not the run's.
+  const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->usage().cpu_ms, 0) : 0;
+  try {
+    Watch watch{.proc = *st.proc,
+                .error_fd = std::move(st.error_read),
+                .report_fd = std::move(st.report_read),
+                .out = st.out ? &*st.out : nullptr,
+                .err = st.err ? &*st.err : nullptr,
+                .fd3 = st.fd3 ? &*st.fd3 : nullptr,
+                .stdin_fd = std::move(st.stdin_write),
+                .stdin_data = stdin_data ? &*stdin_data : nullptr,
                 .cancel_fd = cancel_fd,
                 .deadline = std::nullopt,
-                .cgroup = cgroup.get(),
+                .cgroup = cgroup,
                 .cpu_time = spec.limits.cpu_time,
-                .notify_sock = std::move(notify_recv),
+                .cpu_baseline_ms = cpu_baseline,
+                .notify_sock = std::move(st.notify_recv),
                 .listener = UniqueFd(),
-                .proxy_sock = std::move(proxy_recv),
-                .proxy = proxy ? &*proxy : nullptr};
-    if (spec.limits.wall_time.count() > 0) watch.deadline = start + spec.limits.wall_time;
+                .proxy_sock = std::move(st.proxy_recv),
+                .proxy = st.proxy.get()};
+    if (!watch.stdin_data) watch.stdin_fd.reset();
+    if (wall_time.count() > 0) watch.deadline = start + wall_time;
     Observation obs = supervise(std::move(watch));
-    if (proxy) {
-      proxy->stop();  // every process of the run is gone: no connection is wanted any more
-      result.network = proxy->report();
+    if (st.proxy) {
+      st.proxy->stop();  // every process of the run is gone: no connection is wanted any more
+      result.network = st.proxy->report();
     }
     fill_outcome(obs, result);
     result.denied_syscalls = std::move(obs.denied);
     result.cpu_ms = to_ms(obs.usage.ru_utime) + to_ms(obs.usage.ru_stime);
-    if (out) {
-      result.stdout_data = std::move(out->data());
-      result.stdout_truncated = out->truncated();
-      result.stderr_data = std::move(err->data());
-      result.stderr_truncated = err->truncated();
+    if (st.out) {
+      result.stdout_data = std::move(st.out->data());
+      result.stdout_truncated = st.out->truncated();
+      result.stderr_data = std::move(st.err->data());
+      result.stderr_truncated = st.err->truncated();
     }
-    if (fd3) {
-      result.fd3_data = std::move(fd3->data());
-      result.fd3_truncated = fd3->truncated();
+    if (st.fd3) {
+      result.fd3_data = std::move(st.fd3->data());
+      result.fd3_truncated = st.fd3->truncated();
     }
     if (cgroup) {
       cgroup->kill_all();
-      apply_cgroup_usage(cgroup->usage(), result);
+      CgroupUsage usage = cgroup->usage();
+      if (usage.cpu_ms >= 0) usage.cpu_ms = std::max<int64_t>(usage.cpu_ms - cpu_baseline, 0);
+      apply_cgroup_usage(usage, result);
     }
     note_limits_hit(obs, result);
-    if (workspace) {
+    if (st.workspace) {
       // Every process of the run is gone: nothing can change out/ any more.
-      ArtifactReport report = workspace->collect();
+      ArtifactReport report = st.workspace->collect();
       result.artifacts = std::move(report.artifacts);
       result.artifacts_refused = std::move(report.refused);
     }
@@ -709,9 +817,13 @@ Result Launcher::run(const RunSpec& input, int cancel_fd) const {
     result.error = e.what();
     result.exit_code = kSetupFailedExit;
   }
-  result.wall_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  result.wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   return result;
+}
+
+Result Launcher::run(const RunSpec& spec, int cancel_fd) const {
+  const auto start = Clock::now();
+  return prepare(spec)->finish(spec.stdin_data, spec.limits.wall_time, cancel_fd, start);
 }
 
 }  // namespace nsbox

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
 #include "nsbox/io.h"
+#include "nsbox/pool.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
 #include "nsbox/units.h"
@@ -30,6 +32,9 @@ using json = nlohmann::ordered_json;
 constexpr char kReady = 'R';
 constexpr char kFailed = 'E';
 constexpr char kJob = 'J';
+constexpr char kPool = 'P';
+// The most a pool config may be (every tenant's resolved profile twice).
+constexpr uint64_t kMaxPoolConfigBytes = 64ull << 20;
 // A job is at most the body limit (1 GiB max) plus its profile.
 constexpr uint64_t kMaxJobBytes = (1ull << 30) + (1ull << 20);
 
@@ -43,20 +48,69 @@ void send_all(int fd, const char* data, size_t size, const char* step) {
   }
 }
 
+void send_all_pipe(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw SysError("write", "pool config", errno ? errno : EPIPE);
+    off += static_cast<size_t>(n);
+  }
+}
+
 void send_job_fd(int control, int fd) {
   if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
 }
 
-// One message from the control socket: the job's fd, -1 at EOF, -2 for
-// anything else.
-int receive_job_fd(int control) {
-  char tag = 0;
+// One message from the control socket: an fd and its tag (kJob, kPool);
+// -1 at EOF, -2 for anything else.
+int receive_control(int control, char& tag) {
+  tag = 0;
   int fd = receive_fd(control, &tag);
-  if (fd >= 0 && tag != kJob) {
+  if (fd >= 0 && tag != kJob && tag != kPool) {
     ::close(fd);
     return -2;
   }
   return fd;
+}
+
+// Reads up to max bytes from fd until EOF, each read within timeout_ms;
+// nullopt on timeout, error or overflow.
+std::optional<std::string> read_bounded(int fd, size_t max, int timeout_ms) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > max) return std::nullopt;
+  }
+}
+
+// The routing header the server writes first on a job socket: one length
+// byte and the job's pool key.
+std::optional<std::string> read_job_key(int fd) {
+  auto read_exactly = [&](char* p, size_t size) {
+    while (size > 0) {
+      pollfd pf{fd, POLLIN, 0};
+      if (::poll(&pf, 1, 5000) <= 0) return false;
+      ssize_t n = ::read(fd, p, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      p += n;
+      size -= static_cast<size_t>(n);
+    }
+    return true;
+  };
+  unsigned char len = 0;
+  if (!read_exactly(reinterpret_cast<char*>(&len), 1)) return std::nullopt;
+  std::string key(len, '\0');
+  if (!read_exactly(key.data(), len)) return std::nullopt;
+  return key;
 }
 
 std::string base64(const std::string& data) {
@@ -122,6 +176,51 @@ json failure_result(const std::string& message) {
   return json{{"return", nullptr}, {"error", message}, {"status", "error"}, {"error_type", "sandbox"}};
 }
 
+// The profile's spec for a job, with a directory for its artifacts.
+RunSpec job_spec(const Profile& profile, std::optional<ArtifactsDir>& artifacts) {
+  RunSpec spec = spec_from_profile(profile);
+  if (spec.workspace) {
+    artifacts.emplace();
+    spec.workspace->artifacts_dir = artifacts->path() + "/out";
+  }
+  return spec;
+}
+
+// The request's timeout, within the profile's wall time; a warning when it
+// asked for more.
+std::optional<std::string> apply_request_timeout(const Job& job, RunSpec& spec) {
+  if (!job.request.timeout) return std::nullopt;
+  if (*job.request.timeout <= spec.limits.wall_time || spec.limits.wall_time.count() == 0) {
+    spec.limits.wall_time = *job.request.timeout;
+    return std::nullopt;
+  }
+  return "timeout " + format_duration(*job.request.timeout) + " exceeds the profile's limits.wall_time of " +
+         format_duration(spec.limits.wall_time) + "; " + format_duration(spec.limits.wall_time) + " applied";
+}
+
+json job_result(const Job& job, const Profile& profile, const RunSpec& spec, const ExecOutcome& outcome,
+                const std::optional<ArtifactsDir>& artifacts, const std::optional<std::string>& clamp_warning) {
+  json j = to_json(outcome);
+  j["run_id"] = job.run_id;
+  j["profile"] = profile.name;
+  j["language"] = to_string(job.request.exec.language);
+  j["exit_code"] = outcome.run.exit_code;
+  j["signal"] = outcome.run.signal ? json(*outcome.run.signal) : json(nullptr);
+  j["limits"] = {{"wall_ms", spec.limits.wall_time.count()},
+                 {"cpu_ms", spec.limits.cpu_time.count()},
+                 {"memory_bytes", spec.limits.cgroup.memory_bytes},
+                 {"pids", spec.limits.cgroup.pids}};
+  if (clamp_warning) j["warnings"].push_back(*clamp_warning);
+  j["artifacts"] = json::array();
+  for (const auto& a : outcome.run.artifacts) {
+    json item = {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}};
+    if (artifacts) item["content_base64"] = base64(read_file_bytes(artifacts->path() + "/out/" + a.name));
+    j["artifacts"].push_back(std::move(item));
+  }
+  j["artifacts_refused"] = outcome.run.artifacts_refused;
+  return j;
+}
+
 std::string read_job(int fd) {
   uint64_t size = 0;
   if (read_full(fd, &size, sizeof size) != sizeof size || size > kMaxJobBytes)
@@ -131,19 +230,9 @@ std::string read_job(int fd) {
   return text;
 }
 
-// A forked worker: one job, one sandbox, then _exit. It shares nothing with
-// the other workers but the spawner's read-only state.
-[[noreturn]] void worker_main(const Launcher& launcher, int job_fd) {
-  ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
-  json result;
-  try {
-    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd);
-  } catch (const std::exception& e) {
-    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
-  } catch (...) {
-    result = failure_result("The sandbox could not be started: unknown error");
-  }
-  // Nothing may unwind out of a forked worker into the server's main().
+// Writes a worker's answer on the job socket; nothing may unwind out of a
+// forked worker into the server's main().
+void send_result(int job_fd, const json& result) {
   try {
     std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
     send_all(job_fd, text.data(), text.size(), "send result");
@@ -151,7 +240,78 @@ std::string read_job(int fd) {
     // The server went away, or the result could not be written: the server
     // reports a worker that ended without a result.
   }
+}
+
+// A forked worker: one job, one sandbox, then _exit. It shares nothing with
+// the other workers but the spawner's read-only state.
+[[noreturn]] void worker_main(const Launcher& launcher, int job_fd) {
+  ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
+  json result;
+  try {
+    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd);
+    result["pool"] = "cold";
+  } catch (const std::exception& e) {
+    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+  } catch (...) {
+    result = failure_result("The sandbox could not be started: unknown error");
+  }
+  send_result(job_fd, result);
   ::_exit(0);
+}
+
+// A pool worker: starts a sandbox for entry ahead of any request, says so on
+// ctl, and waits. A job fd on ctl runs the job in it; ctl closing (retired)
+// or the sandbox dying ends it. Either way the sandbox is torn down before
+// the worker exits.
+void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl) {
+  ::prctl(PR_SET_NAME, "nsbox-warm", 0, 0, 0);
+  int job_fd = -1;
+  try {
+    const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
+    std::optional<ArtifactsDir> artifacts;
+    RunSpec spec = exec_spec(job_spec(profile, artifacts), entry.language);
+    std::unique_ptr<PreparedRun> prepared = launcher.prepare(spec);
+    // Ready when the interpreter has started and waits for its request. A
+    // runner that takes longer is offered anyway: a run on it only waits
+    // for the rest of its start-up.
+    prepared->wait_for_input(std::chrono::seconds(10));
+    PoolReady ready;
+    const int64_t memory = prepared->memory_bytes();
+    ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
+    if (prepared->pidfd() < 0 || ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL) != sizeof ready) return;
+    for (;;) {
+      pollfd fds[2] = {{ctl, POLLIN, 0}, {prepared->pidfd(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents) return;  // the sandbox ended while waiting
+      char tag = 0;
+      job_fd = receive_fd(ctl, &tag);
+      if (job_fd >= 0 && tag == 'J') break;
+      if (job_fd >= 0) ::close(job_fd);
+      if (job_fd == -1) return;  // retired
+    }
+    const Job job = decode_job(read_job(job_fd));
+    json result;
+    if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
+      // Routed by a key that does not match: never run it in this sandbox.
+      prepared.reset();
+      result = run_job(launcher, job, job_fd);
+      result["pool"] = "cold";
+    } else {
+      std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
+      ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd);
+      prepared.reset();
+      result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
+      result["pool"] = "warm";
+    }
+    send_result(job_fd, result);
+  } catch (const std::exception& e) {
+    if (job_fd >= 0) send_result(job_fd, failure_result(std::string("The sandbox could not be started: ") + e.what()));
+  } catch (...) {
+    if (job_fd >= 0) send_result(job_fd, failure_result("The sandbox could not be started: unknown error"));
+  }
 }
 
 void ignore_terminal_signals() {
@@ -161,13 +321,30 @@ void ignore_terminal_signals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);
 }
 
-void reap(std::set<pid_t>& workers) {
+void reap(std::set<pid_t>& workers, WarmPool& pool) {
   int status;
   pid_t pid;
-  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) workers.erase(pid);
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    workers.erase(pid);
+    pool.forget(pid);
+  }
 }
 
-[[noreturn]] void spawner_main(const LauncherOptions& options, UniqueFd control) {
+// A pool config from the server: JSON on the pipe whose read end came with
+// the message.
+void configure_pool(WarmPool& pool, int fd) {
+  auto text = read_bounded(fd, kMaxPoolConfigBytes, 5000);
+  if (!text) return;
+  try {
+    uint64_t budget = 0;
+    auto entries = pool_entries_from_json(json::parse(*text), budget);
+    pool.configure(std::move(entries), budget);
+  } catch (const std::exception&) {
+    // A malformed config from our own server: keep the previous one.
+  }
+}
+
+[[noreturn]] void spawner_main(const LauncherOptions& options, UniqueFd control, PoolStats* stats) {
   ::prctl(PR_SET_NAME, "nsbox-spawner", 0, 0, 0);
   ignore_terminal_signals();
   std::optional<Launcher> launcher;
@@ -183,40 +360,69 @@ void reap(std::set<pid_t>& workers) {
   sigaddset(&chld, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &chld, &old);
   UniqueFd sfd(::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK));
+  // In a forked child: drop what belongs to the spawner.
+  auto become_child = [&] {
+    control.reset();
+    sfd.reset();
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+  };
+  WarmPool pool(stats, [&](const PoolEntry& entry, int ctl) {
+    become_child();
+    pool_worker_main(*launcher, entry, ctl);
+    ::_exit(0);  // after the sandbox, its cgroup and workspace are gone
+  });
   ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
   std::set<pid_t> workers;
   bool closing = false;
   while (!closing || !workers.empty()) {
-    pollfd fds[2] = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0 && errno != EINTR) ::_exit(1);
+    std::vector<pollfd> fds = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
+    pool.add_pollfds(fds);
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) ::_exit(1);
     if (fds[0].revents) {
       signalfd_siginfo info;
       while (::read(sfd.get(), &info, sizeof info) > 0) {
       }
-      reap(workers);
+      reap(workers, pool);
     }
-    if (!fds[1].revents) continue;
-    errno = 0;
-    int job_fd = receive_job_fd(control.get());
-    if (job_fd == -1 && errno == 0) {
-      closing = true;  // EOF: the server is gone or done: finish the runs, then exit
-      continue;
+    pool.on_events(fds);
+    if (fds[1].revents) {
+      errno = 0;
+      char tag = 0;
+      int fd = receive_control(control.get(), tag);
+      if (fd == -1 && errno == 0) {
+        closing = true;  // EOF: the server is gone or done: finish the runs, then exit
+        pool.retire_all();
+      } else if (fd >= 0 && tag == kPool) {
+        configure_pool(pool, fd);
+        ::close(fd);
+      } else if (fd >= 0) {
+        std::optional<std::string> key = read_job_key(fd);
+        if (key && pool.take(*key, fd)) {
+          ::close(fd);
+        } else if (key) {
+          pid_t pid = ::fork();
+          if (pid == 0) {
+            become_child();
+            pool.close_in_child();
+            worker_main(*launcher, fd);
+          }
+          // On fork failure closing the job fd tells the server.
+          try {
+            if (pid > 0) workers.insert(pid);
+          } catch (...) {
+            // Out of memory for the set: the worker is still reaped by waitpid(-1).
+          }
+          ::close(fd);
+        } else {
+          ::close(fd);  // no routing header: the server sees no result
+        }
+      }
     }
-    if (job_fd < 0) continue;
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      control.reset();
-      sfd.reset();
-      ::sigprocmask(SIG_SETMASK, &old, nullptr);
-      worker_main(*launcher, job_fd);
+    if (!closing) {
+      std::vector<pid_t> started;
+      pool.refill(started);
+      workers.insert(started.begin(), started.end());
     }
-    // On fork failure closing the job fd tells the server.
-    try {
-      if (pid > 0) workers.insert(pid);
-    } catch (...) {
-      // Out of memory for the set: the worker is still reaped by waitpid(-1).
-    }
-    ::close(job_fd);
   }
   ::_exit(0);
 }
@@ -224,6 +430,13 @@ void reap(std::set<pid_t>& workers) {
 }  // namespace
 
 Spawner Spawner::start(const LauncherOptions& options) {
+  // The pool's counters live in a page shared with the spawner.
+  void* page = ::mmap(nullptr, sizeof(PoolStats), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) throw SysError("mmap", "pool statistics", errno);
+  std::shared_ptr<PoolStats> stats(new (page) PoolStats, [](PoolStats* p) {
+    p->~PoolStats();
+    ::munmap(p, sizeof(PoolStats));
+  });
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw SysError("socketpair", "spawner control", errno);
@@ -233,13 +446,13 @@ Spawner Spawner::start(const LauncherOptions& options) {
   if (pid == 0) {
     parent.reset();
     try {
-      spawner_main(options, std::move(child));
+      spawner_main(options, std::move(child), stats.get());
     } catch (...) {
       ::_exit(1);  // never unwind into the server's code in a forked copy
     }
   }
   child.reset();
-  Spawner s(pid, std::move(parent));
+  Spawner s(pid, std::move(parent), std::move(stats));
   char buf[4096];
   ssize_t n;
   do n = ::recv(s.control_.get(), buf, sizeof buf, 0);
@@ -266,6 +479,12 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     send_job_fd(control_.get(), theirs.get());
   }
   theirs.reset();
+  // The routing header: the spawner gives the job to a warm sandbox of this
+  // key when one is ready.
+  const std::string key = pool_key(job.profile_yaml, job.request.exec.language);
+  const unsigned char key_len = static_cast<unsigned char>(key.size());
+  send_all(mine.get(), reinterpret_cast<const char*>(&key_len), 1, "send job");
+  send_all(mine.get(), key.data(), key.size(), "send job");
   std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
   uint64_t size = text.size();
   send_all(mine.get(), reinterpret_cast<const char*>(&size), sizeof size, "send job");
@@ -298,43 +517,24 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   return result;
 }
 
+void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t memory_budget) const {
+  const std::string text = to_json(entries, memory_budget).dump();
+  Pipe pipe = Pipe::create();
+  {
+    std::lock_guard<std::mutex> lock(*send_mutex_);
+    if (int err = send_fd(control_.get(), pipe.read.get(), kPool)) throw SysError("send pool config", "control socket", err);
+  }
+  pipe.read.reset();
+  send_all_pipe(pipe.write.get(), text);
+}
+
 JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd) {
   Profile profile = load_profile_text(job.profile_yaml, job.profile_name, ProfileSearch{});
-  RunSpec spec = spec_from_profile(profile);
-  std::optional<std::string> clamp_warning;
-  if (job.request.timeout) {
-    if (*job.request.timeout <= spec.limits.wall_time || spec.limits.wall_time.count() == 0) {
-      spec.limits.wall_time = *job.request.timeout;
-    } else {
-      clamp_warning = "timeout " + format_duration(*job.request.timeout) + " exceeds the profile's limits.wall_time of " +
-                      format_duration(spec.limits.wall_time) + "; " + format_duration(spec.limits.wall_time) + " applied";
-    }
-  }
   std::optional<ArtifactsDir> artifacts;
-  if (spec.workspace) {
-    artifacts.emplace();
-    spec.workspace->artifacts_dir = artifacts->path() + "/out";
-  }
+  RunSpec spec = job_spec(profile, artifacts);
+  std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
   ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
-  json j = to_json(outcome);
-  j["run_id"] = job.run_id;
-  j["profile"] = profile.name;
-  j["language"] = to_string(job.request.exec.language);
-  j["exit_code"] = outcome.run.exit_code;
-  j["signal"] = outcome.run.signal ? json(*outcome.run.signal) : json(nullptr);
-  j["limits"] = {{"wall_ms", spec.limits.wall_time.count()},
-                 {"cpu_ms", spec.limits.cpu_time.count()},
-                 {"memory_bytes", spec.limits.cgroup.memory_bytes},
-                 {"pids", spec.limits.cgroup.pids}};
-  if (clamp_warning) j["warnings"].push_back(*clamp_warning);
-  j["artifacts"] = json::array();
-  for (const auto& a : outcome.run.artifacts) {
-    json item = {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}};
-    if (artifacts) item["content_base64"] = base64(read_file_bytes(artifacts->path() + "/out/" + a.name));
-    j["artifacts"].push_back(std::move(item));
-  }
-  j["artifacts_refused"] = outcome.run.artifacts_refused;
-  return j;
+  return job_result(job, profile, spec, outcome, artifacts, clamp_warning);
 }
 
 }  // namespace nsbox

@@ -47,6 +47,8 @@ struct NodeConfig {
   uint64_t body_limit = 2ull << 20;
   std::chrono::milliseconds client_timeout{10000};   // per read/write on a connection
   std::chrono::milliseconds grace_period{30000};     // SIGTERM: time left to running sandboxes
+  uint32_t pool_size = 0;        // warm sandboxes kept per tenant and language (0: none)
+  uint64_t pool_memory = 1ull << 30;  // what the idle warm sandboxes may hold together
   std::string audit_log;         // empty: no audit file (the built-in config)
   std::string log_level = "info";
   std::vector<std::string> cors_origins;

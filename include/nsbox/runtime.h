@@ -42,6 +42,14 @@ struct ExecOutcome {
 ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request,
                      int cancel_fd = -1);
 
+// The spec that runs language's runner on base, with the request to come on
+// its stdin: what a warm sandbox is prepared from (Launcher::prepare).
+RunSpec exec_spec(RunSpec base, Language language);
+
+// Runs request in a sandbox prepared from spec = exec_spec(...), whose
+// wall_time applies from now. The prepared sandbox is used up.
+ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd = -1);
+
 // {"return", "error", "status", "stdout", "stderr", "usage": {...}, ...}
 nlohmann::ordered_json to_json(const ExecOutcome& outcome);
 

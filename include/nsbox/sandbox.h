@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -39,6 +40,41 @@ struct LauncherOptions {
   std::optional<CgroupHost> cgroup_host;
 };
 
+// A sandbox started ahead of its run: namespaces, mounts, cgroup, seccomp
+// in place and the workload running up to where it waits for its stdin (a
+// runner waiting for its request). finish() feeds the stdin, starts the
+// clocks, supervises and returns the Result; destroying it unfinished kills
+// and removes the sandbox. Used once, never reused.
+class PreparedRun {
+ public:
+  ~PreparedRun();
+  PreparedRun(const PreparedRun&) = delete;
+  PreparedRun& operator=(const PreparedRun&) = delete;
+
+  // stdin_data: written to the workload's stdin (prepared with
+  // RunSpec::stdin_data set), then EOF. The wall-clock deadline and the
+  // Result's wall_ms count from `started` (default: now); CPU time used
+  // before finish() (while waiting) is not the run's. Once only.
+  Result finish(std::optional<std::string> stdin_data, std::chrono::milliseconds wall_time, int cancel_fd = -1,
+                std::optional<std::chrono::steady_clock::time_point> started = std::nullopt);
+
+  // PID 1's pidfd (readable when the sandbox ended while waiting), or -1
+  // when the sandbox could not be built (finish() then says why).
+  int pidfd() const;
+  // Waits until the workload blocks reading its stdin (its start-up is
+  // done), up to timeout; false when it did not (it ended, or is slower).
+  bool wait_for_input(std::chrono::milliseconds timeout) const;
+  // The most memory the sandbox has held so far (its cgroup's), or -1.
+  int64_t memory_bytes() const;
+
+  struct State;
+
+ private:
+  friend class Launcher;
+  explicit PreparedRun(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 class Launcher {
  public:
   // Detects the host's cgroups and removes run cgroups left by nsbox
@@ -51,6 +87,10 @@ class Launcher {
   // setup_error with the step, object and errno; only an invalid spec throws
   // (UsageError).
   Result run(const RunSpec& spec, int cancel_fd = -1) const;
+
+  // Starts spec's sandbox and leaves it waiting (see PreparedRun). Never
+  // throws for a sandbox that cannot be built: finish() reports it.
+  std::unique_ptr<PreparedRun> prepare(const RunSpec& spec) const;
 
   const HostIds& host_ids() const { return host_ids_; }
   const CgroupHost& cgroup_host() const { return cgroups_; }

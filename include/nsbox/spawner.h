@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nsbox/api.h"
+#include "nsbox/pool.h"
 #include "nsbox/runtime.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/unique_fd.h"
@@ -50,7 +51,8 @@ class Spawner {
   Spawner(Spawner&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)),
         control_(std::move(other.control_)),
-        send_mutex_(std::move(other.send_mutex_)) {}
+        send_mutex_(std::move(other.send_mutex_)),
+        stats_(std::move(other.stats_)) {}
   Spawner& operator=(Spawner&&) = delete;
   ~Spawner();  // closes the control socket and waits for the spawner to exit
 
@@ -59,13 +61,22 @@ class Spawner {
   // Throws SysError when the spawner is gone.
   JobResult run(const Job& job, int cancel_fd) const;
 
+  // Thread-safe. What to keep warm from now on (see pool.h); sandboxes no
+  // longer wanted are retired. memory_budget (bytes, 0: none) bounds what
+  // the idle ones hold.
+  void configure_pool(const std::vector<PoolEntry>& entries, uint64_t memory_budget) const;
+  // The pool's counters, updated by the spawner.
+  const PoolStats& pool_stats() const { return *stats_; }
+
   pid_t pid() const { return pid_; }
 
  private:
-  Spawner(pid_t pid, UniqueFd control) : pid_(pid), control_(std::move(control)) {}
+  Spawner(pid_t pid, UniqueFd control, std::shared_ptr<PoolStats> stats)
+      : pid_(pid), control_(std::move(control)), stats_(std::move(stats)) {}
   pid_t pid_ = -1;
   UniqueFd control_;
   std::unique_ptr<std::mutex> send_mutex_ = std::make_unique<std::mutex>();
+  std::shared_ptr<PoolStats> stats_;
 };
 
 // The worker side, exposed for tests: runs job on launcher and builds the

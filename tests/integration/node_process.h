@@ -13,6 +13,8 @@
 #include <chrono>
 #include <fstream>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -86,8 +88,14 @@ class NodeProcess {
   }
   ~NodeProcess() {
     if (pid_ > 0) {
+      // The spawner outlives the server by the time it takes to tear down
+      // what it still holds (warm sandboxes, cancelled runs): wait for it,
+      // so that the test's directory is free to remove.
+      std::vector<pid_t> spawner = children_of(pid_);
       ::kill(pid_, SIGKILL);
       wait_exit();
+      for (int i = 0; i < 1500 && !spawner.empty() && ::kill(spawner[0], 0) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 
@@ -169,6 +177,32 @@ class NodeProcess {
 inline httplib::Result post(const httplib::Client& c, const std::string& path, const std::string& body,
                      const httplib::Headers& headers = {}) {
   return const_cast<httplib::Client&>(c).Post(path.c_str(), headers, body, "application/json");
+}
+
+// A /run body.
+inline std::string request(const std::string& code, const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object(),
+                    double timeout = 0, const std::string& language = "") {
+  nlohmann::ordered_json j = {{"code", code}, {"inputs", inputs}};
+  if (timeout > 0) j["timeout"] = timeout;
+  if (!language.empty()) j["language"] = language;
+  return j.dump();
+}
+
+// Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
+inline std::set<std::string> orphaned_run_cgroups() {
+  std::set<std::string> out;
+  const CgroupHost& host = launcher().cgroup_host();
+  std::vector<std::string> parents;
+  if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
+  for (const auto& [c, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
+  for (const auto& parent : parents) {
+    for (const auto& name : dir_entries(parent)) {
+      if (name.rfind("run-", 0) != 0) continue;
+      pid_t owner = std::atoi(name.c_str() + 4);
+      if (::kill(owner, 0) != 0) out.insert(parent + "/" + name);
+    }
+  }
+  return out;
 }
 
 }  // namespace nsbox::testing

@@ -49,13 +49,6 @@ std::string sha256_hex(const std::string& data) {
 }
 
 
-std::string request(const std::string& code, const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object(),
-                    double timeout = 0, const std::string& language = "") {
-  nlohmann::ordered_json j = {{"code", code}, {"inputs", inputs}};
-  if (timeout > 0) j["timeout"] = timeout;
-  if (!language.empty()) j["language"] = language;
-  return j.dump();
-}
 
 
 class Node : public ::testing::Test {
@@ -503,23 +496,6 @@ TEST_F(NodeUnderLoad, SixtyFourParallelRequestsAreAnsweredCorrectlyOr429) {
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("nsbox_rejected_requests_total{reason=\"overload\"} " + std::to_string(rejected.load()) + "\n"),
             std::string::npos);
-}
-
-// Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
-std::set<std::string> orphaned_run_cgroups() {
-  std::set<std::string> out;
-  const CgroupHost& host = launcher().cgroup_host();
-  std::vector<std::string> parents;
-  if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
-  for (const auto& [c, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
-  for (const auto& parent : parents) {
-    for (const auto& name : dir_entries(parent)) {
-      if (name.rfind("run-", 0) != 0) continue;
-      pid_t owner = std::atoi(name.c_str() + 4);
-      if (::kill(owner, 0) != 0) out.insert(parent + "/" + name);
-    }
-  }
-  return out;
 }
 
 TEST_F(NodeUnderLoad, FiveHundredRequestsLeaveNothingBehind) {

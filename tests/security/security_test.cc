@@ -2,7 +2,8 @@
 // a real sandbox with the default profile (or, with `# profile: egress`, a
 // profile with network egress whose rules are as tempting as an operator's
 // mistake could make them), once through `nsbox run` and once through the
-// HTTP node, and must report that it was stopped (or be stopped by a limit
+// HTTP node (whose warm pool serves most of them: a warm sandbox must stop
+// every attack a cold one does), and must report that it was stopped (or be stopped by a limit
 // where its header says so). The harness plants what an attacker
 // would look for on the host: a secret file, a loopback service, an abstract
 // unix socket, an environment variable, its own pid.
@@ -138,7 +139,7 @@ NodeProcess& the_node() {
     node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\n"
                            "  - name: egress-attacker\n    token: " + std::string(kEgressToken) +
                            "\n    profile: " + bait->egress_profile() + "\ndefault_tenant: attacker\n"
-                           "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n");
+                           "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n  pool_size: 1\n");
     EXPECT_TRUE(node->ready()) << node->log();
   }
   return *node;

@@ -323,7 +323,13 @@ TEST(Metrics, RendersPrometheusText) {
   m.run_finished("acme", "python", "timeout", 5.0);
   m.run_finished("b\"x", "javascript", "oom", 0.3);
   m.rejected("overload");
-  std::string text = m.render({.running = 1, .queued = 2, .max_running = 4, .max_queued = 8});
+  m.egress_finished("acme", {{"allowed", 2}, {"denied", 1}, {"failed", 0}, {"bytes_sent", 10}, {"bytes_received", 99}});
+  m.egress_finished("acme", nullptr);  // a run without egress
+  std::string text = m.render({.running = 1,
+                               .queued = 2,
+                               .max_running = 4,
+                               .max_queued = 8,
+                               .pool = {.idle = 3, .hits = 7, .misses = 1, .refills = 4, .refill_ms_total = 1500}});
   EXPECT_NE(text.find("nsbox_runs_total{tenant=\"acme\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_runs_total{tenant=\"b\\\"x\",language=\"javascript\",status=\"oom\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"0.025\"} 1\n"), std::string::npos);
@@ -335,6 +341,12 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(text.find("nsbox_rejected_requests_total{reason=\"unauthorized\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_sandboxes_running 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_queue_depth 2\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"denied\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_egress_bytes_total{tenant=\"acme\",direction=\"received\"} 99\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_pool_idle 3\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_pool_hits_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_pool_misses_total 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_pool_refill_seconds_total 1.5\n"), std::string::npos);
 }
 
 TEST(Audit, RecordCarriesTheRunsFacts) {

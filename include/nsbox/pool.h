@@ -1,0 +1,123 @@
+// Warm sandboxes for the node: per (profile, language) a few sandboxes are
+// started ahead of their run (namespaces, cgroup, mounts, seccomp in place,
+// the runner started and waiting for its request on stdin), each held by a
+// pool worker forked by the spawner. A request takes one, the sandbox runs
+// it and is destroyed: never reused. WarmPool is the spawner's bookkeeping:
+// single-threaded, like the spawner.
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nsbox/runtime.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+// What to keep warm: `size` sandboxes of profile_yaml (a resolved profile,
+// to_yaml) for language.
+struct PoolEntry {
+  std::string key;  // pool_key(profile_yaml, language)
+  std::string profile_name;
+  std::string profile_yaml;
+  Language language = Language::kPython;
+  uint32_t size = 0;
+};
+
+// The key a job is routed by: sha256 of the profile and the language.
+std::string pool_key(const std::string& profile_yaml, Language language);
+
+nlohmann::ordered_json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget);
+// Throws nlohmann::json::exception or UsageError on a malformed config.
+std::vector<PoolEntry> pool_entries_from_json(const nlohmann::ordered_json& j, uint64_t& memory_budget);
+
+// Counters kept by the spawner in memory shared with the server (one
+// MAP_SHARED page), read for /metrics.
+struct PoolStats {
+  std::atomic<uint64_t> idle{0};             // sandboxes ready and waiting
+  std::atomic<uint64_t> starting{0};         // being started
+  std::atomic<uint64_t> idle_memory_bytes{0};  // what the idle ones hold
+  std::atomic<uint64_t> hits{0};             // jobs given a warm sandbox
+  std::atomic<uint64_t> misses{0};           // jobs of a pooled key that found none ready
+  std::atomic<uint64_t> refills{0};          // warm sandboxes that became ready
+  std::atomic<uint64_t> refill_ms_total{0};  // their start-up times, summed
+  std::atomic<uint64_t> retired{0};          // idle sandboxes dropped (reload, shutdown)
+};
+
+// The message a pool worker sends when its sandbox is ready: 'R' and the
+// memory its sandbox holds (bytes, native endian).
+struct PoolReady {
+  char tag = 'R';
+  uint64_t memory_bytes = 0;
+};
+
+class WarmPool {
+ public:
+  // Runs in a forked child: holds one warm sandbox for entry, talks to the
+  // spawner on ctl; never returns.
+  using WorkerMain = std::function<void(const PoolEntry& entry, int ctl)>;
+
+  WarmPool(PoolStats* stats, WorkerMain worker_main) : stats_(stats), worker_main_(std::move(worker_main)) {}
+  WarmPool(const WarmPool&) = delete;
+  WarmPool& operator=(const WarmPool&) = delete;
+
+  // Replaces what is kept warm; sandboxes of keys no longer wanted (or beyond
+  // a smaller size) are retired.
+  void configure(std::vector<PoolEntry> entries, uint64_t memory_budget);
+  bool pooled(const std::string& key) const;
+
+  // The fds to watch (one per pool worker) and what to do when they fire.
+  void add_pollfds(std::vector<pollfd>& fds) const;
+  void on_events(const std::vector<pollfd>& fds);
+
+  // Hands job_fd to a ready sandbox of key; false when there is none (the
+  // caller starts a cold one). Counts hits and misses of pooled keys.
+  bool take(const std::string& key, int job_fd);
+
+  // Starts pool workers until every key has its size (within the memory
+  // budget); their pids go to children, for reaping.
+  void refill(std::vector<pid_t>& children);
+
+  // A pool worker ended (reaped by the spawner).
+  void forget(pid_t pid);
+
+  // Retires every idle sandbox (the spawner is shutting down).
+  void retire_all();
+
+  // In a forked child: closes the pool's fds, which belong to the spawner.
+  void close_in_child();
+
+ private:
+  struct Worker {
+    pid_t pid = -1;
+    UniqueFd ctl;
+    std::chrono::steady_clock::time_point started;
+    bool ready = false;
+    uint64_t memory_bytes = 0;
+  };
+  struct Key {
+    PoolEntry entry;
+    std::vector<Worker> workers;  // starting or ready
+  };
+
+  void retire(Worker& w);
+  void update_gauges();
+
+  PoolStats* stats_;
+  WorkerMain worker_main_;
+  std::map<std::string, Key> keys_;
+  std::vector<Worker> retiring_;  // keys dropped while their workers start
+  uint64_t memory_budget_ = 0;
+};
+
+}  // namespace nsbox

@@ -1,0 +1,224 @@
+#include "nsbox/pool.h"
+
+#include <openssl/sha.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include "nsbox/error.h"
+#include "nsbox/fd_passing.h"
+
+namespace nsbox {
+
+using json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+std::string pool_key(const std::string& profile_yaml, Language language) {
+  const std::string text = profile_yaml + "\n" + to_string(language);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  ::SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
+  std::string hex;
+  char buf[3];
+  for (unsigned char b : digest) {
+    std::snprintf(buf, sizeof buf, "%02x", b);
+    hex += buf;
+  }
+  return hex;
+}
+
+json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {
+  json j;
+  j["memory_budget"] = memory_budget;
+  j["entries"] = json::array();
+  for (const auto& e : entries) {
+    j["entries"].push_back({{"key", e.key},
+                            {"profile_name", e.profile_name},
+                            {"profile_yaml", e.profile_yaml},
+                            {"language", to_string(e.language)},
+                            {"size", e.size}});
+  }
+  return j;
+}
+
+std::vector<PoolEntry> pool_entries_from_json(const json& j, uint64_t& memory_budget) {
+  memory_budget = j.at("memory_budget").get<uint64_t>();
+  std::vector<PoolEntry> out;
+  for (const auto& e : j.at("entries")) {
+    PoolEntry entry;
+    entry.key = e.at("key").get<std::string>();
+    entry.profile_name = e.at("profile_name").get<std::string>();
+    entry.profile_yaml = e.at("profile_yaml").get<std::string>();
+    auto language = parse_language(e.at("language").get<std::string>());
+    if (!language) throw UsageError("pool entry: unknown language");
+    entry.language = *language;
+    entry.size = e.at("size").get<uint32_t>();
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+void WarmPool::configure(std::vector<PoolEntry> entries, uint64_t memory_budget) {
+  memory_budget_ = memory_budget;
+  std::map<std::string, Key> next;
+  for (auto& e : entries) {
+    if (e.size == 0) continue;
+    Key& k = next[e.key];
+    k.entry = std::move(e);
+  }
+  for (auto& [key, k] : keys_) {
+    auto it = next.find(key);
+    for (auto& w : k.workers) {
+      // Kept while the new config still wants this many of the same key.
+      if (it != next.end() && it->second.workers.size() < it->second.entry.size) {
+        it->second.workers.push_back(std::move(w));
+      } else {
+        retire(w);
+      }
+    }
+  }
+  keys_ = std::move(next);
+  update_gauges();
+}
+
+bool WarmPool::pooled(const std::string& key) const { return keys_.count(key) > 0; }
+
+void WarmPool::retire(Worker& w) {
+  // Closing its control socket tells the worker to tear its sandbox down
+  // (it also does when it is still starting, as soon as it is ready).
+  if (w.ready) stats_->retired.fetch_add(1);
+  w.ctl.reset();
+  retiring_.push_back(std::move(w));
+}
+
+void WarmPool::add_pollfds(std::vector<pollfd>& fds) const {
+  // Starting workers say when they are ready; ready ones only ever close
+  // (their sandbox died while waiting).
+  for (const auto& [key, k] : keys_)
+    for (const auto& w : k.workers) fds.push_back({w.ctl.get(), POLLIN, 0});
+}
+
+void WarmPool::on_events(const std::vector<pollfd>& fds) {
+  for (const auto& p : fds) {
+    if (!p.revents) continue;
+    for (auto& [key, k] : keys_) {
+      for (auto it = k.workers.begin(); it != k.workers.end(); ++it) {
+        if (it->ctl.get() != p.fd) continue;
+        PoolReady ready;
+        ssize_t n = ::recv(it->ctl.get(), &ready, sizeof ready, MSG_DONTWAIT);
+        if (n == static_cast<ssize_t>(sizeof ready) && ready.tag == 'R' && !it->ready) {
+          it->ready = true;
+          it->memory_bytes = ready.memory_bytes;
+          stats_->refills.fetch_add(1);
+          stats_->refill_ms_total.fetch_add(static_cast<uint64_t>(
+              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - it->started).count()));
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          // The worker is gone (its sandbox failed or died): it is reaped
+          // by the spawner, and replaced by the next refill.
+          k.workers.erase(it);
+        }
+        break;
+      }
+    }
+  }
+  update_gauges();
+}
+
+bool WarmPool::take(const std::string& key, int job_fd) {
+  auto it = keys_.find(key);
+  if (it == keys_.end()) return false;
+  auto& workers = it->second.workers;
+  for (auto w = workers.begin(); w != workers.end(); ++w) {
+    if (!w->ready) continue;
+    // The worker reads the job from job_fd and answers on it; its control
+    // socket closes with it.
+    if (send_fd(w->ctl.get(), job_fd, 'J') != 0) {
+      workers.erase(w);  // it died just now: try the next
+      return take(key, job_fd);
+    }
+    workers.erase(w);
+    stats_->hits.fetch_add(1);
+    update_gauges();
+    return true;
+  }
+  stats_->misses.fetch_add(1);
+  return false;
+}
+
+void WarmPool::refill(std::vector<pid_t>& children) {
+  for (auto& [key, k] : keys_) {
+    while (k.workers.size() < k.entry.size) {
+      uint64_t held = 0, known = 0, count = 0;
+      for (const auto& [_, other] : keys_) {
+        for (const auto& w : other.workers) {
+          held += w.memory_bytes;
+          if (&other == &k && w.ready) {
+            known += w.memory_bytes;
+            ++count;
+          }
+        }
+      }
+      // Start another only if one more of this key's typical size fits.
+      const uint64_t expected = count ? known / count : 0;
+      if (memory_budget_ && held + expected > memory_budget_) break;
+      int sv[2];
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
+      UniqueFd mine(sv[0]), theirs(sv[1]);
+      pid_t pid = ::fork();
+      if (pid < 0) return;
+      if (pid == 0) {
+        mine.reset();
+        close_in_child();
+        worker_main_(k.entry, theirs.get());
+        ::_exit(0);
+      }
+      children.push_back(pid);
+      Worker w;
+      w.pid = pid;
+      w.ctl = std::move(mine);
+      w.started = Clock::now();
+      k.workers.push_back(std::move(w));
+    }
+  }
+  update_gauges();
+}
+
+void WarmPool::forget(pid_t pid) {
+  for (auto& [key, k] : keys_)
+    k.workers.erase(std::remove_if(k.workers.begin(), k.workers.end(), [&](const Worker& w) { return w.pid == pid; }),
+                    k.workers.end());
+  retiring_.erase(std::remove_if(retiring_.begin(), retiring_.end(), [&](const Worker& w) { return w.pid == pid; }),
+                  retiring_.end());
+  update_gauges();
+}
+
+void WarmPool::retire_all() {
+  for (auto& [key, k] : keys_)
+    for (auto& w : k.workers) retire(w);
+  keys_.clear();
+  update_gauges();
+}
+
+void WarmPool::close_in_child() {
+  for (auto& [key, k] : keys_)
+    for (auto& w : k.workers) w.ctl.reset();
+  for (auto& w : retiring_) w.ctl.reset();
+}
+
+void WarmPool::update_gauges() {
+  uint64_t idle = 0, starting = 0, memory = 0;
+  for (const auto& [key, k] : keys_) {
+    for (const auto& w : k.workers) {
+      (w.ready ? idle : starting)++;
+      if (w.ready) memory += w.memory_bytes;
+    }
+  }
+  stats_->idle = idle;
+  stats_->starting = starting;
+  stats_->idle_memory_bytes = memory;
+}
+
+}  // namespace nsbox

@@ -1,0 +1,174 @@
+// The node's warm pool: sandboxes started ahead of their run, one per run,
+// never reused. Functional tests only (docs/PERFORMANCE.md has the timings).
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+#include "node_process.h"
+
+namespace nsbox::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+// The value of a Prometheus line "NAME VALUE", or -1.
+double metric(const NodeProcess& node, const std::string& name) {
+  auto m = node.client().Get("/metrics");
+  if (!m) return -1;
+  size_t at = m->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
+}
+
+// Until metric name reaches at least value (60 s: the VM rig is slow).
+bool wait_metric(const NodeProcess& node, const std::string& name, double value) {
+  for (int i = 0; i < 3000; ++i) {
+    if (metric(node, name) >= value) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+json run_v1(const NodeProcess& node, const std::string& code, const std::string& language = "python",
+            double timeout = 0) {
+  auto r = post(node.client(), "/v1/runs", request(code, json::object(), timeout, language));
+  if (!r) return json::object();
+  json j = json::parse(r->body, nullptr, false);
+  return j.is_discarded() ? json::object() : j;
+}
+
+class Pool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(node_.ready()) << node_.log();
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << node_.log();  // one per language
+  }
+  NodeProcess node_{"tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n"};
+};
+
+TEST_F(Pool, WarmRunsAnswerInBothLanguages) {
+  json py = run_v1(node_, "def main(args):\n    return 6 * 7");
+  EXPECT_EQ(py["return"], 42) << py.dump();
+  EXPECT_EQ(py["pool"], "warm");
+  json js = run_v1(node_, "function main(args) { return 6 * 7; }", "javascript");
+  EXPECT_EQ(js["return"], 42) << js.dump();
+  EXPECT_EQ(js["pool"], "warm");
+  EXPECT_EQ(metric(node_, "nsbox_pool_hits_total"), 2);
+  ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+  EXPECT_GT(metric(node_, "nsbox_pool_idle_memory_bytes"), 2 << 20) << "what the waiting interpreters hold";
+}
+
+TEST_F(Pool, NothingCrossesFromOneRunToTheNext) {
+  const std::string leave =
+      "import json, os, subprocess, sys, threading, time\n"
+      "def main(args):\n"
+      "    open('/tmp/left', 'w').write('x')\n"
+      "    os.environ['LEFT'] = '1'\n"
+      "    json.left = 1\n"
+      "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+      "    subprocess.Popen(['sleep', '60'])\n"
+      "    return 'left'";
+  const std::string look =
+      "import json, os, threading\n"
+      "def main(args):\n"
+      "    procs = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+      "    return [os.path.exists('/tmp/left'), 'LEFT' in os.environ, hasattr(json, 'left'),\n"
+      "            threading.active_count(), len(procs)]";
+  for (int i = 0; i < 2; ++i) {
+    json first = run_v1(node_, leave);
+    ASSERT_EQ(first["return"], "left") << first.dump();
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+    json next = run_v1(node_, look);
+    EXPECT_EQ(next["pool"], "warm");
+    // No file, no variable, no module state, one thread; PID 1 and the
+    // runner only.
+    EXPECT_EQ(next["return"], json({false, false, false, 1, 2})) << next.dump();
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+  }
+}
+
+TEST_F(Pool, TheRunsClocksStartAtTheRequest) {
+  std::this_thread::sleep_for(1500ms);  // the warm sandbox has waited longer than the timeout
+  json r = run_v1(node_, "import time\ndef main(args):\n    time.sleep(0.3)\n    return 1", "python", 1);
+  EXPECT_EQ(r["status"], "ok") << r.dump();
+  EXPECT_EQ(r["pool"], "warm");
+  EXPECT_LT(r["usage"]["wall_ms"].get<int>(), 1000);
+  EXPECT_LT(r["usage"]["cpu_ms"].get<int>(), 200) << "the interpreter's start-up is not the run's";
+  json t = run_v1(node_, "def main(args):\n    while True: pass", "python", 0.5);
+  EXPECT_EQ(t["status"], "timeout") << t.dump();
+}
+
+TEST_F(Pool, ABurstRefillsThePool) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      json r = run_v1(node_, "def main(args):\n    return " + std::to_string(i));
+      if (r["return"] == i) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok, 6);
+  EXPECT_GE(metric(node_, "nsbox_pool_hits_total") + metric(node_, "nsbox_pool_misses_total"), 6);
+  EXPECT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << "the pool did not refill";
+  EXPECT_EQ(run_v1(node_, "def main(args):\n    return 1")["pool"], "warm");
+}
+
+TEST(PoolReload, RetiresSandboxesOfAChangedProfile) {
+  TempDir dir;
+  const std::string profile = dir.write("p.yaml", "name: p\nextends: default\nenv: {STAMP: one}\n");
+  NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  const std::string code = "import os\ndef main(args):\n    return os.environ['STAMP']";
+  EXPECT_EQ(run_v1(node, code)["return"], "one");
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  std::ofstream(profile) << "name: p\nextends: default\nenv: {STAMP: two}\n";
+  ::kill(node.pid(), SIGHUP);
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 2)) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  json r = run_v1(node, code);
+  EXPECT_EQ(r["return"], "two") << r.dump();
+  EXPECT_EQ(r["pool"], "warm");
+}
+
+TEST(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
+  const int runs = in_vm_guest() ? 40 : 1000;
+  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 4));
+  const auto orphans_before = orphaned_run_cgroups();
+  std::atomic<int> next{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      auto c = node.client();
+      for (int i; (i = next++) < runs;) {
+        const std::string code = i % 3 == 0 ? "import os\ndef main(args):\n    os.system('sleep 1013 &')\n    return 1"
+                                            : "def main(args):\n    return 1";
+        auto r = post(c, "/run", request(code, json::object(), 0, i % 2 ? "python" : ""));
+        if (!r || r->status != 200 || r->body.find("\"return\": 1") == std::string::npos) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_GT(metric(node, "nsbox_pool_hits_total"), runs / 4) << "the pool was hardly used";
+  // Shutting down retires the idle sandboxes: nothing of any run remains.
+  EXPECT_EQ(node.stop(SIGTERM), 0);
+  std::set<std::string> orphans = orphaned_run_cgroups();
+  for (const auto& o : orphans_before) orphans.erase(o);
+  EXPECT_TRUE(orphans.empty()) << "a run cgroup remained: " << *orphans.begin();
+  EXPECT_TRUE(dir_entries(node.tmp()).empty()) << "a workspace or artifacts dir remained";
+  EXPECT_EQ(slurp("/proc/self/mountinfo").find(node.tmp()), std::string::npos) << "a mount remained";
+  EXPECT_TRUE(wait_for_no_process("sleep 1013", 5000)) << "a sandboxed process survived";
+  EXPECT_TRUE(host_pids_with_cmdline("nsbox-warm").empty());
+}
+
+}  // namespace
+}  // namespace nsbox::testing
