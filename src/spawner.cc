@@ -302,11 +302,15 @@ void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl)
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
       ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd);
-      prepared.reset();
       result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
       result["pool"] = "warm";
     }
+    // Every process of the run is gone; removing its cgroup and workspace
+    // need not delay the answer.
     send_result(job_fd, result);
+    ::close(job_fd);
+    job_fd = -1;
+    prepared.reset();
   } catch (const std::exception& e) {
     if (job_fd >= 0) send_result(job_fd, failure_result(std::string("The sandbox could not be started: ") + e.what()));
   } catch (...) {

@@ -15,6 +15,8 @@
 #include "nsbox/audit.h"
 #include "nsbox/metrics.h"
 #include "nsbox/node_config.h"
+#include "nsbox/pool.h"
+#include "nsbox/error.h"
 
 namespace nsbox {
 namespace {
@@ -369,6 +371,34 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["peak_memory_bytes"], 4096);
   EXPECT_EQ(r["limits_hit"], json::array({"output"}));
   EXPECT_EQ(r["time"].get<std::string>().size(), 24u);
+}
+
+}  // namespace
+}  // namespace nsbox
+
+namespace nsbox {
+namespace {
+
+TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
+  const std::string a = "name: a\n", b = "name: b\n";
+  EXPECT_EQ(pool_key(a, Language::kPython), pool_key(a, Language::kPython));
+  EXPECT_NE(pool_key(a, Language::kPython), pool_key(a, Language::kJavaScript));
+  EXPECT_NE(pool_key(a, Language::kPython), pool_key(b, Language::kPython));
+  EXPECT_EQ(pool_key(a, Language::kPython).size(), 64u);  // fits the one-byte length of the job header
+
+  std::vector<PoolEntry> entries = {{pool_key(a, Language::kPython), "a", a, Language::kPython, 2},
+                                    {pool_key(b, Language::kJavaScript), "b", b, Language::kJavaScript, 1}};
+  uint64_t budget = 0;
+  auto back = pool_entries_from_json(to_json(entries, 123), budget);
+  EXPECT_EQ(budget, 123u);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].key, entries[1].key);
+  EXPECT_EQ(back[1].profile_yaml, b);
+  EXPECT_EQ(back[1].language, Language::kJavaScript);
+  EXPECT_EQ(back[0].size, 2u);
+  nlohmann::ordered_json bad = to_json(entries, 1);
+  bad["entries"][0]["language"] = "cobol";
+  EXPECT_THROW(pool_entries_from_json(bad, budget), UsageError);
 }
 
 }  // namespace
