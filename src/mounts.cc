@@ -19,6 +19,7 @@ namespace nsbox {
 namespace {
 
 constexpr unsigned long kNoDevSuid = MS_NOSUID | MS_NODEV;
+constexpr unsigned long kAtimeFlags = MS_NOATIME | MS_NODIRATIME | MS_RELATIME | MS_STRICTATIME;
 
 // Device nodes the sandbox gets, bound from the host: mknod is not allowed in
 // a user namespace, and these are the harmless ones.
@@ -163,18 +164,19 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
 
   // Nothing we mount may propagate back to the host.
   plan.add({.kind = MountKind::kMakePrivate, .target = "/", .flags = MS_REC | MS_PRIVATE});
-  const bool single_bind = every_target_exists(root_fd.get(), spec);
-  if (single_bind) {
-    // Not recursive: no host submount comes along.
-    plan.add({.kind = MountKind::kRootBind, .target = spec.rootfs, .flags = MS_BIND});
-  } else {
+  const bool overlay_is_root = every_target_exists(root_fd.get(), spec);
+  // A new superblock of its own: no host submount comes along, and the flags
+  // the host mount locks (noexec, atime) are kept by asking for them.
+  plan.add({.kind = MountKind::kRootOverlay, .source = "rootfs", .target = spec.rootfs,
+            .fstype = "overlay", .flags = MS_RDONLY | kNoDevSuid | (root_locked & ~kAtimeFlags)});
+  if (!overlay_is_root) {
     plan.add({.kind = MountKind::kRootTmpfs, .source = "tmpfs", .target = spec.rootfs,
               .fstype = "tmpfs", .data = "mode=0755,size=1m,nr_inodes=4096", .flags = kNoDevSuid});
   }
 
   // The rootfs's top level, read-only, each entry on its own: not recursive,
   // so no host submount comes along.
-  for (const auto& e : single_bind ? std::vector<TopLevelEntry>{} : list_top_level(root_fd.get(), spec.rootfs)) {
+  for (const auto& e : overlay_is_root ? std::vector<TopLevelEntry>{} : list_top_level(root_fd.get(), spec.rootfs)) {
     const std::string inside = "/" + e.name;
     if (e.type == DT_LNK) {
       plan.add({.kind = MountKind::kSymlink, .source = e.link, .target = inside});
@@ -276,7 +278,7 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
 
   // The new root becomes read-only, then the switch.
   plan.add({.kind = MountKind::kRemount, .target = "/",
-            .flags = single_bind ? read_only_bind : MS_REMOUNT | MS_RDONLY | kNoDevSuid});
+            .flags = overlay_is_root ? read_only_bind : MS_REMOUNT | MS_RDONLY | kNoDevSuid});
   plan.add({.kind = MountKind::kPivotRoot, .target = spec.rootfs});
   plan.finalize();
   return plan;
@@ -480,12 +482,50 @@ int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** ste
   return rc == 0 ? 0 : err;
 }
 
+// Mounts the read-only overlay of the rootfs on the rootfs's own path. Its
+// layers are named by /proc/self/fd paths, which is all mountinfo will show of
+// them. Overlay wants two layers without an upper one: the second is an
+// empty read-only tmpfs, mounted on the same path first and left underneath
+// (overlay holds private clones of its layers' mounts).
+int mount_rootfs_overlay(const RawMountOp& op, const char** step) noexcept {
+  int rootfs = openat2_path(AT_FDCWD, op.target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (rootfs < 0) return *step = "open rootfs", errno;
+  if (::mount("tmpfs", op.target, "tmpfs", MS_RDONLY | kNoDevSuid | MS_NOEXEC,
+              "mode=0555,size=4k,nr_inodes=1") != 0) {
+    int err = errno;
+    ::close(rootfs);
+    return *step = "mount empty overlay layer", err;
+  }
+  int empty = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (empty < 0) {
+    int err = errno;
+    ::close(rootfs);
+    return *step = "open empty overlay layer", err;
+  }
+  char rootfs_path[32], empty_path[32];
+  fd_path(rootfs, rootfs_path);
+  fd_path(empty, empty_path);
+  char data[96] = "lowerdir=";
+  size_t len = std::strlen(data);
+  for (const char* part : {static_cast<const char*>(rootfs_path), ":", static_cast<const char*>(empty_path)}) {
+    size_t n = std::strlen(part);
+    std::memcpy(data + len, part, n);
+    len += n;
+  }
+  data[len] = '\0';
+  int rc = ::mount(op.source, op.target, op.fstype, op.flags, data);
+  int err = errno;
+  ::close(rootfs);
+  ::close(empty);
+  return rc == 0 ? 0 : (*step = "mount rootfs overlay", err);
+}
+
 }  // namespace
 
 int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
                      const char** object) noexcept {
-  int root_fd = -1;    // the new root (the skeleton tmpfs)
-  int rootfs_fd = -1;  // the rootfs directory underneath it
+  int root_fd = -1;    // the new root (the overlay, or the skeleton tmpfs over it)
+  int rootfs_fd = -1;  // the overlay of the rootfs
   int result = 0;
   for (size_t i = 0; i < count && result == 0; ++i) {
     const RawMountOp& op = ops[i];
@@ -494,22 +534,21 @@ int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
       if (::mount(nullptr, op.target, nullptr, op.flags, nullptr) != 0) *step = "make-private", result = errno;
       continue;
     }
-    if (op.kind == MountKind::kRootTmpfs || op.kind == MountKind::kRootBind) {
-      rootfs_fd = openat2_path(AT_FDCWD, op.target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
-      if (rootfs_fd < 0) {
-        *step = "open rootfs";
+    if (op.kind == MountKind::kRootOverlay) {
+      result = mount_rootfs_overlay(op, step);
+      if (result != 0) continue;
+      rootfs_fd = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      root_fd = rootfs_fd < 0 ? -1 : ::fcntl(rootfs_fd, F_DUPFD_CLOEXEC, 0);
+      if (root_fd < 0) *step = "open new root", result = errno;
+      continue;
+    }
+    if (op.kind == MountKind::kRootTmpfs) {
+      if (::mount(op.source, op.target, op.fstype, op.flags, op.data) != 0) {
+        *step = "mount root tmpfs";
         result = errno;
         continue;
       }
-      char rootfs_path[32];
-      fd_path(rootfs_fd, rootfs_path);
-      const bool bind = op.kind == MountKind::kRootBind;
-      if ((bind ? ::mount(rootfs_path, op.target, nullptr, op.flags, nullptr)
-                : ::mount(op.source, op.target, op.fstype, op.flags, op.data)) != 0) {
-        *step = bind ? "bind rootfs" : "mount root tmpfs";
-        result = errno;
-        continue;
-      }
+      if (root_fd >= 0) ::close(root_fd);
       root_fd = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
       if (root_fd < 0) *step = "open new root", result = errno;
       continue;

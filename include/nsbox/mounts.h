@@ -1,9 +1,12 @@
 // The mount plan: every mount of the sandbox's filesystem view, computed by the
 // supervisor before clone and replayed by the child with raw syscalls.
 //
-// The new root is the rootfs bound on itself when every mount target exists in
-// it (the common case: one bind); otherwise a small tmpfs laid over the rootfs
-// path (private to the sandbox's mount namespace) into which the rootfs's
+// The rootfs is reached through a read-only overlay of it mounted on its own
+// path (private to the sandbox's mount namespace): a bind would show the
+// rootfs's host path, block device and host fs options in the sandbox's
+// /proc/self/mountinfo; the overlay shows only "lowerdir=/proc/self/fd/N".
+// That overlay is the new root when every mount target exists in it (the
+// common case); otherwise a small tmpfs laid over it into which the rootfs's
 // top-level entries are bound read-only, so missing targets can be created
 // at the top level. Either way every target is resolved component by
 // component from the new root without following a symlink, so nothing
@@ -20,8 +23,8 @@ namespace nsbox {
 
 enum class MountKind {
   kMakePrivate,   // mount --make-rprivate /
-  kRootBind,      // the rootfs bound on itself as the new root (every target exists in it)
-  kRootTmpfs,     // the tmpfs skeleton of the new root, mounted on the rootfs path
+  kRootOverlay,   // the read-only overlay of the rootfs, mounted on the rootfs path
+  kRootTmpfs,     // the tmpfs skeleton of the new root, mounted over that overlay
   kBind,          // bind source on target (not recursive), then remount_flags if set
   kFilesystem,    // mount fstype on target with flags and data (proc, tmpfs, devpts)
   kRemount,       // change flags of the mount at target

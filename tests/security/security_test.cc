@@ -10,9 +10,11 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "../integration/fixture.h"
 #include "../integration/node_process.h"
@@ -117,7 +119,26 @@ class Bait {
 
   json params() const {
     return {{"secret_path", secret_path_}, {"secret", secret_}, {"host_pid", ::getpid()},
-            {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_}};
+            {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_},
+            {"rootfs", std::filesystem::canonical(test_rootfs()).string()},
+            {"host_block_devices", host_block_devices()}};
+  }
+
+  // Sources of the host's mounts that are device paths ("/dev/vda1").
+  static std::vector<std::string> host_block_devices() {
+    std::vector<std::string> devices;
+    std::istringstream in(slurp("/proc/self/mountinfo"));
+    for (std::string line; std::getline(in, line);) {
+      size_t dash = line.find(" - ");
+      if (dash == std::string::npos) continue;
+      std::istringstream tail(line.substr(dash + 3));
+      std::string fstype, source;
+      tail >> fstype >> source;
+      if (source.rfind("/dev/", 0) == 0 &&
+          std::find(devices.begin(), devices.end(), source) == devices.end())
+        devices.push_back(source);
+    }
+    return devices;
   }
   const std::string& secret() const { return secret_; }
   const std::string& marker() const { return marker_; }

@@ -45,12 +45,16 @@ TEST(MountPlan, RootfsEntriesAreBoundReadOnlyWithoutSubmounts) {
   EXPECT_EQ(find_step(plan, MountKind::kBind, "/proc"), nullptr) << "proc is nsbox's own";
 }
 
-TEST(MountPlan, RootfsWithEveryTargetIsBoundOnceAndMadeReadOnly) {
-  // / has /proc, /dev and /tmp: one bind of the whole tree, no skeleton.
+TEST(MountPlan, RootfsWithEveryTargetIsOneReadOnlyOverlay) {
+  // / has /proc, /dev and /tmp: the overlay is the new root, no skeleton.
   RunSpec spec = spec_with_root("/");
   spec.binds = {{"/etc", "/mnt", true, false}};
   MountPlan plan = MountPlan::for_spec(spec);
-  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootBind);
+  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootOverlay);
+  EXPECT_EQ(plan.steps()[1].fstype, "overlay");
+  EXPECT_NE(plan.steps()[1].flags & MS_RDONLY, 0u);
+  EXPECT_NE(plan.steps()[1].flags & MS_NODEV, 0u);
+  EXPECT_EQ(find_step(plan, MountKind::kRootTmpfs, "/"), nullptr) << "no skeleton";
   EXPECT_EQ(find_step(plan, MountKind::kBind, "/usr"), nullptr);
   const auto& before_pivot = plan.steps()[plan.steps().size() - 2];
   EXPECT_EQ(before_pivot.target, "/");
@@ -62,8 +66,9 @@ TEST(MountPlan, RootfsWithEveryTargetIsBoundOnceAndMadeReadOnly) {
 TEST(MountPlan, NewRootIsATmpfsMadeReadOnlyBeforePivot) {
   // /usr has no /proc: the skeleton is needed to create the mount points.
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
-  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootTmpfs);
-  EXPECT_EQ(plan.steps()[1].target, "/usr");
+  EXPECT_EQ(plan.steps()[1].kind, MountKind::kRootOverlay);
+  EXPECT_EQ(plan.steps()[2].kind, MountKind::kRootTmpfs);
+  EXPECT_EQ(plan.steps()[2].target, "/usr");
   const auto& before_pivot = plan.steps()[plan.steps().size() - 2];
   EXPECT_EQ(before_pivot.kind, MountKind::kRemount);
   EXPECT_EQ(before_pivot.target, "/");
