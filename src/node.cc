@@ -1,6 +1,5 @@
 #include "nsbox/node.h"
 
-#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
@@ -19,6 +18,7 @@
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
 #include "nsbox/audit.h"
+#include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/metrics.h"
 #include "nsbox/spawner.h"
@@ -108,27 +108,10 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   bool stopped_ = false;
 };
 
-std::string hex(const unsigned char* data, size_t size) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < size; ++i) {
-    out += digits[data[i] >> 4];
-    out += digits[data[i] & 15];
-  }
-  return out;
-}
-
 std::string new_run_id() {
   unsigned char bytes[16];
   if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) throw SysError("getrandom", "run id", errno);
-  return hex(bytes, sizeof bytes);
-}
-
-std::string sha256_hex(const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr) != 1) return "";
-  return hex(md, n);
+  return to_hex(bytes, sizeof bytes);
 }
 
 std::string error_body(const std::string& message) { return platform_answer(nullptr, message); }

@@ -1,6 +1,5 @@
 #include "nsbox/pool.h"
 
-#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
 
@@ -19,15 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 std::string pool_key(const std::string& profile_yaml, Language language) {
   const std::string text = profile_yaml + "\n" + to_string(language);
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  ::SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), digest);
-  std::string hex;
-  char buf[3];
-  for (unsigned char b : digest) {
-    std::snprintf(buf, sizeof buf, "%02x", b);
-    hex += buf;
-  }
-  return hex;
+  return sha256_hex(text);
 }
 
 json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {

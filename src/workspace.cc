@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 
 #include "cgroup_internal.h"
 #include "nsbox/cgroup.h"
+#include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/unique_fd.h"
 
@@ -76,30 +76,6 @@ bool is_mount_point(const std::string& path) {
   }
   return false;
 }
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
-    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
-      throw SysError("sha256", "init", ENOMEM);
-  }
-  void update(const char* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
-  std::string hex() {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), digest, &len);
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out += digits[digest[i] >> 4];
-      out += digits[digest[i] & 15];
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
-};
 
 // Copies src_fd to a new file `name` in dst_dir (never replacing anything,
 // never through a symlink), hashing it; copies nothing when dst_dir < 0.

@@ -1,0 +1,41 @@
+#include "nsbox/digest.h"
+
+#include <cerrno>
+
+#include "nsbox/error.h"
+
+namespace nsbox {
+
+std::string to_hex(const unsigned char* data, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
+  if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw SysError("sha256", "init", ENOMEM);
+}
+
+void Sha256::update(const char* data, size_t size) {
+  if (EVP_DigestUpdate(ctx_.get(), data, size) != 1) throw SysError("sha256", "update", EINVAL);
+}
+
+std::string Sha256::hex() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx_.get(), digest, &len) != 1) throw SysError("sha256", "final", EINVAL);
+  return to_hex(digest, len);
+}
+
+std::string sha256_hex(std::string_view data) {
+  Sha256 hash;
+  hash.update(data.data(), data.size());
+  return hash.hex();
+}
+
+}  // namespace nsbox
