@@ -1,5 +1,6 @@
 #include "nsbox/io.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,16 @@ size_t read_full(int fd, void* buf, size_t size) {
     done += static_cast<size_t>(n);
   }
   return done;
+}
+
+void write_full(int fd, std::string_view data, const char* step, const char* object) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == ENOTSOCK) n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw SysError(step, object, n < 0 ? errno : EPIPE);
+    data.remove_prefix(static_cast<size_t>(n));
+  }
 }
 
 }  // namespace nsbox

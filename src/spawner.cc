@@ -38,26 +38,6 @@ constexpr uint64_t kMaxPoolConfigBytes = 64ull << 20;
 // A job is at most the body limit (1 GiB max) plus its profile.
 constexpr uint64_t kMaxJobBytes = (1ull << 30) + (1ull << 20);
 
-void send_all(int fd, const char* data, size_t size, const char* step) {
-  while (size > 0) {
-    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw SysError(step, "job socket", errno);
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-void send_all_pipe(int fd, const std::string& text) {
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw SysError("write", "pool config", errno ? errno : EPIPE);
-    off += static_cast<size_t>(n);
-  }
-}
-
 void send_job_fd(int control, int fd) {
   if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
 }
@@ -235,7 +215,7 @@ std::string read_job(int fd) {
 void send_result(int job_fd, const json& result) {
   try {
     std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
-    send_all(job_fd, text.data(), text.size(), "send result");
+    write_full(job_fd, text, "send result", "job socket");
   } catch (...) {
     // The server went away, or the result could not be written: the server
     // reports a worker that ended without a result.
@@ -487,12 +467,12 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   // key when one is ready.
   const std::string key = pool_key(job.profile_yaml, job.request.exec.language);
   const unsigned char key_len = static_cast<unsigned char>(key.size());
-  send_all(mine.get(), reinterpret_cast<const char*>(&key_len), 1, "send job");
-  send_all(mine.get(), key.data(), key.size(), "send job");
+  write_full(mine.get(), {reinterpret_cast<const char*>(&key_len), 1}, "send job", "job socket");
+  write_full(mine.get(), key, "send job", "job socket");
   std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
   uint64_t size = text.size();
-  send_all(mine.get(), reinterpret_cast<const char*>(&size), sizeof size, "send job");
-  send_all(mine.get(), text.data(), text.size(), "send job");
+  write_full(mine.get(), {reinterpret_cast<const char*>(&size), sizeof size}, "send job", "job socket");
+  write_full(mine.get(), text, "send job", "job socket");
   std::string answer;
   bool cancelled = false;
   char buf[65536];
@@ -529,7 +509,7 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
     if (int err = send_fd(control_.get(), pipe.read.get(), kPool)) throw SysError("send pool config", "control socket", err);
   }
   pipe.read.reset();
-  send_all_pipe(pipe.write.get(), text);
+  write_full(pipe.write.get(), text, "write", "pool config");
 }
 
 JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "nsbox/unique_fd.h"
 
@@ -32,5 +33,9 @@ class OutputCapture {
 
 // Reads exactly size bytes unless EOF comes first; returns the count read.
 size_t read_full(int fd, void* buf, size_t size);
+
+// Writes all of data (to a socket without raising SIGPIPE); throws
+// SysError(step, object, errno), EPIPE for a peer that is gone.
+void write_full(int fd, std::string_view data, const char* step, const char* object);
 
 }  // namespace nsbox
