@@ -145,16 +145,8 @@ std::vector<IpAddress> resolve(const std::shared_ptr<Shared>& shared, const std:
       int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
       std::vector<IpAddress> found;
       for (addrinfo* ai = res; rc == 0 && ai; ai = ai->ai_next) {
-        IpAddress a;
-        if (ai->ai_family == AF_INET) {
-          std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr, 4);
-        } else if (ai->ai_family == AF_INET6) {
-          a.v6 = true;
-          std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr, 16);
-        } else {
-          continue;
-        }
-        if (std::find(found.begin(), found.end(), a) == found.end()) found.push_back(a);
+        const std::optional<IpAddress> a = from_sockaddr(ai->ai_addr);
+        if (a && std::find(found.begin(), found.end(), *a) == found.end()) found.push_back(*a);
       }
       if (res) ::freeaddrinfo(res);
       {

@@ -289,22 +289,27 @@ Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, c
   return {true, "rule " + (cidr_rule ? cidr_rule : host_rule)->describe(), host_rule};
 }
 
+std::optional<IpAddress> from_sockaddr(const sockaddr* sa) {
+  IpAddress a;
+  if (sa->sa_family == AF_INET) {
+    std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, 4);
+  } else if (sa->sa_family == AF_INET6) {
+    a.v6 = true;
+    std::memcpy(a.bytes.data(), &reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr, 16);
+  } else {
+    return std::nullopt;
+  }
+  return a;
+}
+
 std::vector<IpAddress> host_interface_addresses() {
   std::vector<IpAddress> out;
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return out;
   for (ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_addr) continue;
-    IpAddress a;
-    if (i->ifa_addr->sa_family == AF_INET) {
-      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, 4);
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      a.v6 = true;
-      std::memcpy(a.bytes.data(), &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16);
-    } else {
-      continue;
-    }
-    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+    const std::optional<IpAddress> a = from_sockaddr(i->ifa_addr);
+    if (a && std::find(out.begin(), out.end(), *a) == out.end()) out.push_back(*a);
   }
   ::freeifaddrs(list);
   return out;

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+struct sockaddr;
+
 namespace nsbox {
 
 // An IPv4 or IPv6 address; IPv4 uses the first 4 bytes.
@@ -24,6 +26,9 @@ struct IpAddress {
 // Parses a numeric address in its standard form only (inet_pton): "127.1"
 // and "0x7f000001" are not addresses here. IPv6 may come in brackets.
 std::optional<IpAddress> parse_ip(std::string_view text);
+
+// The address of an AF_INET or AF_INET6 sockaddr; nullopt for other families.
+std::optional<IpAddress> from_sockaddr(const sockaddr* sa);
 
 // An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is the IPv4 address it maps:
 // rules and ranges are checked against that.

@@ -2,7 +2,10 @@
 // verdicts the proxy applies to every request. No sockets.
 #include "nsbox/egress_policy.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -491,6 +494,29 @@ TEST(EgressPolicy, MappedRangesAreRefusedInRules) {
 TEST(EgressPolicy, HostInterfaceAddressesIncludeLoopback) {
   auto all = host_interface_addresses();
   EXPECT_NE(std::find(all.begin(), all.end(), ip("127.0.0.1")), all.end());
+}
+
+}  // namespace
+}  // namespace nsbox
+
+namespace nsbox {
+namespace {
+
+TEST(FromSockaddr, ReadsBothFamiliesAndRefusesOthers) {
+  sockaddr_in v4{};
+  v4.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "203.0.113.7", &v4.sin_addr);
+  EXPECT_EQ(from_sockaddr(reinterpret_cast<sockaddr*>(&v4))->str(), "203.0.113.7");
+  sockaddr_in6 v6{};
+  v6.sin6_family = AF_INET6;
+  ::inet_pton(AF_INET6, "2001:db8::1", &v6.sin6_addr);
+  const auto a6 = from_sockaddr(reinterpret_cast<sockaddr*>(&v6));
+  ASSERT_TRUE(a6.has_value());
+  EXPECT_TRUE(a6->v6);
+  EXPECT_EQ(a6->str(), "2001:db8::1");
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  EXPECT_FALSE(from_sockaddr(reinterpret_cast<sockaddr*>(&un)).has_value());
 }
 
 }  // namespace
