@@ -66,10 +66,7 @@ class V1RunCgroup : public RunCgroup {
   }
   CgroupUsage usage() const override {
     CgroupUsage u;
-    if (auto d = dir_of("cpuacct"); !d.empty()) {
-      int64_t ns = read_number(d + "/cpuacct.usage");
-      if (ns >= 0) u.cpu_ms = ns / 1000000;
-    }
+    u.cpu_ms = cpu_ms();
     if (auto d = dir_of("memory"); !d.empty()) {
       u.peak_memory_bytes = read_number(d + "/memory.max_usage_in_bytes");
       int64_t oom = read_keyed(d + "/memory.oom_control", "oom_kill");
@@ -84,6 +81,11 @@ class V1RunCgroup : public RunCgroup {
       u.cpu_throttled = throttled > 0 ? static_cast<uint64_t>(throttled) : 0;
     }
     return u;
+  }
+  int64_t cpu_ms() const override {
+    const std::string d = dir_of("cpuacct");
+    const int64_t ns = d.empty() ? -1 : read_number(d + "/cpuacct.usage");
+    return ns >= 0 ? ns / 1000000 : -1;
   }
   void kill_all() override { freeze_and_kill(dir_of("freezer"), unique_dirs_); }
   std::string describe() const override {

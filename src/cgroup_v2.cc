@@ -71,8 +71,7 @@ class V2RunCgroup : public RunCgroup {
   void add_process(pid_t pid) override { write_text(dir_ + "/cgroup.procs", std::to_string(pid)); }
   CgroupUsage usage() const override {
     CgroupUsage u;
-    int64_t usec = read_keyed(dir_ + "/cpu.stat", "usage_usec");
-    if (usec >= 0) u.cpu_ms = usec / 1000;
+    u.cpu_ms = cpu_ms();
     u.peak_memory_bytes = read_number(dir_ + "/memory.peak");
     int64_t oom = read_keyed(dir_ + "/memory.events", "oom_kill");
     u.oom_kills = oom > 0 ? static_cast<uint64_t>(oom) : 0;
@@ -81,6 +80,10 @@ class V2RunCgroup : public RunCgroup {
     int64_t throttled = read_keyed(dir_ + "/cpu.stat", "nr_throttled");
     u.cpu_throttled = throttled > 0 ? static_cast<uint64_t>(throttled) : 0;
     return u;
+  }
+  int64_t cpu_ms() const override {
+    const int64_t usec = read_keyed(dir_ + "/cpu.stat", "usage_usec");
+    return usec >= 0 ? usec / 1000 : -1;
   }
   void kill_all() override {
     try {

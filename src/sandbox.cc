@@ -248,6 +248,7 @@ Observation supervise(Watch w) {
   // After PID 1 is gone every writer is dead too; the drain is bounded anyway.
   std::optional<Clock::time_point> drain_deadline;
   const bool enforce_cpu = w.cgroup && w.cpu_time.count() > 0;
+  Clock::time_point next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
   size_t stdin_offset = 0;
   for (;;) {
     const bool pipes_open = w.error_fd || w.report_fd || (w.out && w.out->open()) ||
@@ -279,7 +280,7 @@ Observation supervise(Watch w) {
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
     const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cancelled;
     if (init_running && w.deadline && !killing) shorten(ms_until(*w.deadline));
-    if (init_running && enforce_cpu && !killing) shorten(kCpuTimeTickMs);
+    if (init_running && enforce_cpu && !killing) shorten(ms_until(next_cpu_check));
     if (drain_deadline) shorten(ms_until(*drain_deadline));
     int ready = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
     if (ready < 0) {
@@ -290,9 +291,14 @@ Observation supervise(Watch w) {
       if (w.deadline && Clock::now() >= *w.deadline) {
         obs.timed_out = true;
         w.proc.kill();
-      } else if (enforce_cpu && w.cgroup->usage().cpu_ms - w.cpu_baseline_ms >= w.cpu_time.count()) {
-        obs.cpu_time_exceeded = true;
-        w.proc.kill();
+      } else if (enforce_cpu && Clock::now() >= next_cpu_check) {
+        // At most once a tick, not on every pipe event: the read costs more
+        // than the events of a chatty workload.
+        next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
+        if (w.cgroup->cpu_ms() - w.cpu_baseline_ms >= w.cpu_time.count()) {
+          obs.cpu_time_exceeded = true;
+          w.proc.kill();
+        }
       }
     }
     auto readable = [&](int idx) { return idx >= 0 && (fds[idx].revents & (POLLIN | POLLHUP | POLLERR)); };
@@ -757,7 +763,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
   RunCgroup* cgroup = st.cgroup.get();
   // What the sandbox used while it waited (a warm sandbox's interpreter
   // start-up) is not the run's.
-  const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->usage().cpu_ms, 0) : 0;
+  const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->cpu_ms(), 0) : 0;
   try {
     Watch watch{.proc = *st.proc,
                 .error_fd = std::move(st.error_read),

@@ -71,6 +71,8 @@ class RunCgroup {
   virtual int clone_into_fd() const = 0;
   virtual void add_process(pid_t pid) = 0;
   virtual CgroupUsage usage() const = 0;
+  // CPU time used so far, or -1; one file read (usage() reads five).
+  virtual int64_t cpu_ms() const = 0;
   virtual void kill_all() = 0;
   virtual std::string describe() const = 0;  // where it lives, for logs
 };
