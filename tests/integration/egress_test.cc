@@ -379,6 +379,43 @@ TEST(Egress, ConnectionAndByteCapsHold) {
   EXPECT_NE(std::find(hit.begin(), hit.end(), "network_bytes"), hit.end()) << r["limits_hit"];
 }
 
+// The JavaScript runner path of the node (not `node -e`): NODE_OPTIONS must
+// reach the runner so that fetch and http go through the proxy.
+TEST(Egress, TheJavaScriptRunnerReachesAnAllowedServerAndIsDeniedTheRest) {
+  Upstream up;
+  TempDir dir;
+  const std::string p = std::to_string(up.port());
+  const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n" + port_rule(up.port()));
+  NodeProcess node("tenants:\n  - {name: acme, token: t0ken-acme-123456, profile: " + profile + "}\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  json body = {{"language", "javascript"},
+               {"code", "const http = require('http');\n"
+                        "const get = url => new Promise((ok, no) => http.get(url, res => {\n"
+                        "  let b = ''; res.on('data', d => b += d); res.on('end', () => ok([res.statusCode, b])); })\n"
+                        "  .on('error', no));\n"
+                        "async function main(args) {\n"
+                        "  const f = await (await fetch('http://127.0.0.1:" + p + "/js-fetch')).text();\n"
+                        "  const [code, h] = await get('http://127.0.0.1:" + p + "/js-http');\n"
+                        "  const meta = await fetch('http://169.254.169.254/latest/meta-data/').then(\n"
+                        "    r => 'answered ' + r.status, e => String(e.cause && e.cause.message));\n"
+                        "  return [f, code, h, meta];\n"
+                        "}\n"}};
+  httplib::Headers auth = {{"Authorization", "Bearer t0ken-acme-123456"}};
+  auto res = node.client().Post("/v1/runs", auth, body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  json answer = json::parse(res->body);
+  ASSERT_TRUE(answer["return"].is_array() && answer["return"].size() == 4) << res->body;
+  EXPECT_EQ(answer["return"][0], "upstream saw: GET /js-fetch HTTP/1.1");
+  EXPECT_EQ(answer["return"][1], 200);
+  EXPECT_EQ(answer["return"][2], "upstream saw: GET /js-http HTTP/1.1");
+  // fetch tunnels plain HTTP too: a refusal is a failed fetch whose cause
+  // carries the proxy's reason.
+  EXPECT_NE(answer["return"][3].get<std::string>().find("no rule allows 169.254.169.254 port 80"), std::string::npos)
+      << res->body;
+  EXPECT_EQ(answer["network"]["allowed"], 2) << res->body;
+  EXPECT_EQ(answer["network"]["denied"], 1) << res->body;
+}
+
 TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
   Upstream up;
   TempDir dir;
