@@ -482,28 +482,33 @@ int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** ste
   return rc == 0 ? 0 : err;
 }
 
+// The top mount at the rootfs path, opened without following a symlink.
+int open_new_root(const char* path) noexcept {
+  return openat2_path(AT_FDCWD, path, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+}
+
 // Mounts the read-only overlay of the rootfs on the rootfs's own path. Its
 // layers are named by /proc/self/fd paths, which is all mountinfo will show of
 // them. Overlay wants two layers without an upper one: the second is an
 // empty read-only tmpfs, mounted on the same path first and left underneath
 // (overlay holds private clones of its layers' mounts).
 int mount_rootfs_overlay(const RawMountOp& op, const char** step) noexcept {
-  int rootfs = openat2_path(AT_FDCWD, op.target, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  int rootfs = open_new_root(op.target);
   if (rootfs < 0) return *step = "open rootfs", errno;
-  if (::mount("tmpfs", op.target, "tmpfs", MS_RDONLY | kNoDevSuid | MS_NOEXEC,
-              "mode=0555,size=4k,nr_inodes=1") != 0) {
+  char rootfs_path[32], empty_path[32];
+  fd_path(rootfs, rootfs_path);
+  if (::mount("tmpfs", rootfs_path, "tmpfs", MS_RDONLY | kNoDevSuid | MS_NOEXEC, "mode=0555,size=4k,nr_inodes=1") !=
+      0) {
     int err = errno;
     ::close(rootfs);
     return *step = "mount empty overlay layer", err;
   }
-  int empty = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  int empty = open_new_root(op.target);
   if (empty < 0) {
     int err = errno;
     ::close(rootfs);
     return *step = "open empty overlay layer", err;
   }
-  char rootfs_path[32], empty_path[32];
-  fd_path(rootfs, rootfs_path);
   fd_path(empty, empty_path);
   char data[96] = "lowerdir=";
   size_t len = std::strlen(data);
@@ -513,7 +518,7 @@ int mount_rootfs_overlay(const RawMountOp& op, const char** step) noexcept {
     len += n;
   }
   data[len] = '\0';
-  int rc = ::mount(op.source, op.target, op.fstype, op.flags, data);
+  int rc = ::mount(op.source, empty_path, op.fstype, op.flags, data);
   int err = errno;
   ::close(rootfs);
   ::close(empty);
@@ -537,19 +542,26 @@ int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
     if (op.kind == MountKind::kRootOverlay) {
       result = mount_rootfs_overlay(op, step);
       if (result != 0) continue;
-      rootfs_fd = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      rootfs_fd = open_new_root(op.target);
       root_fd = rootfs_fd < 0 ? -1 : ::fcntl(rootfs_fd, F_DUPFD_CLOEXEC, 0);
       if (root_fd < 0) *step = "open new root", result = errno;
       continue;
     }
     if (op.kind == MountKind::kRootTmpfs) {
-      if (::mount(op.source, op.target, op.fstype, op.flags, op.data) != 0) {
+      if (root_fd < 0) {
+        *step = "mount plan";
+        result = EINVAL;
+        continue;
+      }
+      char overlay_path[32];
+      fd_path(root_fd, overlay_path);
+      if (::mount(op.source, overlay_path, op.fstype, op.flags, op.data) != 0) {
         *step = "mount root tmpfs";
         result = errno;
         continue;
       }
-      if (root_fd >= 0) ::close(root_fd);
-      root_fd = ::open(op.target, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      ::close(root_fd);
+      root_fd = open_new_root(op.target);
       if (root_fd < 0) *step = "open new root", result = errno;
       continue;
     }

@@ -34,8 +34,9 @@ class OutputCapture {
 // Reads exactly size bytes unless EOF comes first; returns the count read.
 size_t read_full(int fd, void* buf, size_t size);
 
-// Writes all of data (to a socket without raising SIGPIPE); throws
-// SysError(step, object, errno), EPIPE for a peer that is gone.
+// Writes all of data; throws SysError(step, object, errno), EPIPE for a
+// peer that is gone. A socket never raises SIGPIPE (MSG_NOSIGNAL); a pipe
+// does unless the caller ignores it (the node and the spawner do).
 void write_full(int fd, std::string_view data, const char* step, const char* object);
 
 }  // namespace nsbox
