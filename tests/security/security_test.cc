@@ -209,7 +209,12 @@ Outcome run_through_cli(const Attack& a) {
     if (o.verdict.is_discarded()) o.verdict = nullptr;
   }
   if (o.status == "ok" && o.verdict.is_null()) o.status = "no verdict";
-  for (const auto& name : dir_entries(artifacts.path() + "/out")) o.artifact_contents.push_back(slurp(artifacts.path() + "/out/" + name));
+  // Every file the supervisor wrote, at any depth (a followed directory
+  // symlink would show up as a subdirectory).
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(artifacts.path() + "/out", ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+    if (it->is_regular_file()) o.artifact_contents.push_back(slurp(it->path().string()));
   return o;
 }
 

@@ -1,20 +1,33 @@
 """Learn host paths and devices from the mount table: where the rootfs lives
 on the host, the host's disks and filesystems."""
+# What nsbox mounts: the rootfs overlay, tmpfs, proc, devpts, and device
+# nodes bound from devtmpfs (their path inside devtmpfs is their name).
+OWN_FS = {"overlay", "tmpfs", "proc", "devpts", "devtmpfs"}
+DEVICE_NODES = {"/null", "/zero", "/full", "/random", "/urandom", "/tty"}
 def main(args):
     p = args.params
-    needles = [p["rootfs"], p["secret_path"].rsplit("/", 1)[0]] + p["host_block_devices"]
-    host_disk_fs = {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "9p", "virtiofs", "nfs", "nfs4"}
-    for table in ("/proc/self/mountinfo", "/proc/1/mountinfo", "/proc/self/mounts"):
+    needles = [p["rootfs"]] + p["host_block_devices"]
+    read = 0
+    for table in ("/proc/self/mountinfo", "/proc/1/mountinfo"):
         try:
             with open(table) as f:
                 text = f.read()
-        except OSError as e:
+        except OSError:
             continue
+        read += 1
         for needle in needles:
             if needle and needle in text:
                 return escaped(f"{table} names {needle}")
         for line in text.splitlines():
-            fields = line.split(" - ")[-1].split() if " - " in line else line.split()[2:3]
-            if fields and fields[0] in host_disk_fs:
-                return escaped(f"{table} shows a host {fields[0]} filesystem: {line[:200]}")
-    return stopped("the mount table names no host path, disk or disk filesystem")
+            pre, _, post = line.partition(" - ")
+            root = pre.split()[3]
+            fstype, source = post.split()[0], post.split()[1]
+            if fstype not in OWN_FS:
+                return escaped(f"{table} shows a {fstype} filesystem from {source}: {line[:200]}")
+            if root != "/" and not (fstype == "devtmpfs" and root in DEVICE_NODES):
+                return escaped(f"{table} shows a bind of {root} from {fstype}: {line[:200]}")
+            if source.startswith("/"):
+                return escaped(f"{table} names a host source {source}")
+    if read == 0:
+        return stopped("no mount table readable")
+    return stopped("the mount table names no host path, disk or foreign filesystem")
