@@ -379,6 +379,15 @@ TEST(Egress, ConnectionAndByteCapsHold) {
   EXPECT_NE(std::find(hit.begin(), hit.end(), "network_bytes"), hit.end()) << r["limits_hit"];
 }
 
+// POST /v1/runs as the tenant "acme" of the node tests; the parsed answer
+// (null when there was none) and the raw body for messages.
+std::pair<json, std::string> run_as_acme(NodeProcess& node, const json& body) {
+  httplib::Headers auth = {{"Authorization", "Bearer t0ken-acme-123456"}};
+  auto res = node.client().Post("/v1/runs", auth, body.dump(), "application/json");
+  if (!res) return {json(), "no HTTP answer"};
+  return {json::parse(res->body, nullptr, false), res->body};
+}
+
 // The JavaScript runner path of the node (not `node -e`): NODE_OPTIONS must
 // reach the runner so that fetch and http go through the proxy.
 TEST(Egress, TheJavaScriptRunnerReachesAnAllowedServerAndIsDeniedTheRest) {
@@ -400,20 +409,17 @@ TEST(Egress, TheJavaScriptRunnerReachesAnAllowedServerAndIsDeniedTheRest) {
                         "    r => 'answered ' + r.status, e => String(e.cause && e.cause.message));\n"
                         "  return [f, code, h, meta];\n"
                         "}\n"}};
-  httplib::Headers auth = {{"Authorization", "Bearer t0ken-acme-123456"}};
-  auto res = node.client().Post("/v1/runs", auth, body.dump(), "application/json");
-  ASSERT_TRUE(res);
-  json answer = json::parse(res->body);
-  ASSERT_TRUE(answer["return"].is_array() && answer["return"].size() == 4) << res->body;
+  const auto [answer, raw] = run_as_acme(node, body);
+  ASSERT_TRUE(answer["return"].is_array() && answer["return"].size() == 4) << raw;
   EXPECT_EQ(answer["return"][0], "upstream saw: GET /js-fetch HTTP/1.1");
   EXPECT_EQ(answer["return"][1], 200);
   EXPECT_EQ(answer["return"][2], "upstream saw: GET /js-http HTTP/1.1");
   // fetch tunnels plain HTTP too: a refusal is a failed fetch whose cause
   // carries the proxy's reason.
   EXPECT_NE(answer["return"][3].get<std::string>().find("no rule allows 169.254.169.254 port 80"), std::string::npos)
-      << res->body;
-  EXPECT_EQ(answer["network"]["allowed"], 2) << res->body;
-  EXPECT_EQ(answer["network"]["denied"], 1) << res->body;
+      << raw;
+  EXPECT_EQ(answer["network"]["allowed"], 2) << raw;
+  EXPECT_EQ(answer["network"]["denied"], 1) << raw;
 }
 
 TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
@@ -432,12 +438,9 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
                         "        urllib.request.urlopen('http://169.254.169.254/')\n"
                         "    except urllib.error.HTTPError as e:\n"
                         "        return [ok, e.code]\n"}};
-  httplib::Headers auth = {{"Authorization", "Bearer t0ken-acme-123456"}};
-  auto res = node.client().Post("/v1/runs", auth, body.dump(), "application/json");
-  ASSERT_TRUE(res);
-  json answer = json::parse(res->body);
-  EXPECT_EQ(answer["return"], json({"upstream saw: GET /audit HTTP/1.1", 403})) << res->body;
-  EXPECT_EQ(answer["network"]["denials"].size(), 1u) << res->body;
+  const auto [answer, raw] = run_as_acme(node, body);
+  EXPECT_EQ(answer["return"], json({"upstream saw: GET /audit HTTP/1.1", 403})) << raw;
+  EXPECT_EQ(answer["network"]["denials"].size(), 1u) << raw;
 
   std::vector<json> egress;
   std::ifstream audit(node.dir() + "/audit.log");
