@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 
 #include "nsbox/digest.h"
 #include "nsbox/error.h"

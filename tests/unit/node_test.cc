@@ -13,10 +13,10 @@
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
 #include "nsbox/audit.h"
+#include "nsbox/error.h"
 #include "nsbox/metrics.h"
 #include "nsbox/node_config.h"
 #include "nsbox/pool.h"
-#include "nsbox/error.h"
 
 namespace nsbox {
 namespace {
@@ -372,12 +372,6 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["limits_hit"], json::array({"output"}));
   EXPECT_EQ(r["time"].get<std::string>().size(), 24u);
 }
-
-}  // namespace
-}  // namespace nsbox
-
-namespace nsbox {
-namespace {
 
 TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
   const std::string a = "name: a\n", b = "name: b\n";
