@@ -146,6 +146,7 @@ struct Observation {
   std::optional<InitReport> report;
   bool timed_out = false;
   bool cpu_time_exceeded = false;
+  bool cpu_time_unreadable = false;  // the cgroup's CPU counter failed mid-run: stopped, fail closed
   bool cancelled = false;
   int init_status = 0;
   rusage usage{};
@@ -278,7 +279,7 @@ Observation supervise(Watch w) {
 
     int timeout_ms = -1;
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
-    const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cancelled;
+    const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled;
     if (init_running && w.deadline && !killing) shorten(ms_until(*w.deadline));
     if (init_running && enforce_cpu && !killing) shorten(ms_until(next_cpu_check));
     if (drain_deadline) shorten(ms_until(*drain_deadline));
@@ -295,7 +296,11 @@ Observation supervise(Watch w) {
         // At most once a tick, not on every pipe event: the read costs more
         // than the events of a chatty workload.
         next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
-        if (w.cgroup->cpu_ms() - w.cpu_baseline_ms >= w.cpu_time.count()) {
+        const int64_t used = w.cgroup->cpu_ms();
+        if (used < 0) {
+          obs.cpu_time_unreadable = true;  // a limit that cannot be checked is not left unchecked
+          w.proc.kill();
+        } else if (used - w.cpu_baseline_ms >= w.cpu_time.count()) {
           obs.cpu_time_exceeded = true;
           w.proc.kill();
         }
@@ -368,10 +373,12 @@ void fill_outcome(const Observation& obs, Result& r) {
               " is a system call of another ABI, which a filter for x86_64 cannot check";
     return;
   }
-  if (obs.timed_out || obs.cpu_time_exceeded || obs.cancelled) {
-    r.status = obs.cancelled ? RunStatus::kKilled : RunStatus::kTimeout;
+  if (obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled) {
+    r.status = obs.cancelled || obs.cpu_time_unreadable ? RunStatus::kKilled : RunStatus::kTimeout;
     r.signal = SIGKILL;
     r.exit_code = 128 + SIGKILL;
+    if (obs.cpu_time_unreadable)
+      r.error = "stopped: the run's CPU time could no longer be read from its cgroup, so cpu_time could not be enforced";
     return;
   }
   if (obs.report && obs.report->kind == InitReport::kExited) {
@@ -502,7 +509,8 @@ const SeccompProgram& Launcher::seccomp_for(const SeccompChoice& choice) const {
 }
 
 std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
-                                                 std::set<std::string>& unenforced) const {
+                                                 std::set<std::string>& unenforced,
+                                                 bool& cpu_time_by_cgroup) const {
   const std::set<std::string> needed = controllers_for(spec.limits.cgroup);
   const bool wants_cpu_time = spec.limits.cpu_time.count() > 0;
   const std::string version = cgroups_.choose(needed.empty() ? std::set<std::string>{"memory", "cpu", "pids"} : needed);
@@ -524,9 +532,17 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
     }
   }
   for (const auto& c : unenforced) warnings.push_back(best_effort_note(c));
-  if (wants_cpu_time && !cgroup) {
-    if (!spec.limits.best_effort)
-      throw SysError("cgroup", "cpu_time needs a cgroup to measure the run's CPU time, and none could be created", ENOTSUP);
+  // A cgroup without CPU accounting (a v1 host with no cpuacct hierarchy)
+  // cannot enforce cpu_time either: the same choice as having no cgroup.
+  cpu_time_by_cgroup = wants_cpu_time && cgroup && cgroup->cpu_ms() >= 0;
+  if (wants_cpu_time && !cpu_time_by_cgroup) {
+    if (!spec.limits.best_effort) {
+      throw SysError("cgroup",
+                     cgroup ? "cpu_time needs the run's CPU time, and its cgroup cannot measure it (" +
+                                  cgroup->describe() + ": no cpuacct.usage or cpu.stat)"
+                            : "cpu_time needs a cgroup to measure the run's CPU time, and none could be created",
+                     ENOTSUP);
+    }
     warnings.push_back("cpu_time applied per process as RLIMIT_CPU, not to the run as a whole");
   }
   return cgroup;
@@ -542,6 +558,7 @@ struct PreparedRun::State {
   bool failed = false;
   std::optional<Workspace> workspace;
   std::unique_ptr<RunCgroup> cgroup;
+  bool cpu_time_by_cgroup = false;     // else RLIMIT_CPU stands in (best-effort)
   std::unique_ptr<EgressProxy> proxy;
   Pipe sync;                           // the write end stays open for the whole run
   UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
@@ -619,11 +636,11 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input) const {
     CStringArray envp(env_strings(spec));
     const std::string search_path = find_env(spec, "PATH", "/usr/local/bin:/usr/bin:/bin");
     std::set<std::string> unenforced;
-    st->cgroup = make_cgroup(spec, result.warnings, unenforced);
+    st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
     RunCgroup* cgroup = st->cgroup.get();
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced,
-                                             spec.limits.cpu_time.count() > 0 && !cgroup))
+                                             spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
       rlimits.push_back(extra);
 
     st->sync = Pipe::create();
@@ -776,7 +793,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
                 .cancel_fd = cancel_fd,
                 .deadline = std::nullopt,
                 .cgroup = cgroup,
-                .cpu_time = spec.limits.cpu_time,
+                .cpu_time = st.cpu_time_by_cgroup ? spec.limits.cpu_time : std::chrono::milliseconds(0),
                 .cpu_baseline_ms = cpu_baseline,
                 .notify_sock = std::move(st.notify_recv),
                 .listener = UniqueFd(),

@@ -103,15 +103,17 @@ class Launcher {
   CgroupHost cgroups_;
   std::pair<uintptr_t, uintptr_t> cmdline_;  // this process's argv in memory
 
-  // The run's cgroup, or null when the run needs none and the host offers
-  // none. Refuses (SysError/UsageError) when a limit cannot be enforced and
-  // spec.limits.best_effort is off; otherwise records warnings.
   // The compiled filter for a run; compiled once per distinct policy.
   const SeccompProgram& seccomp_for(const SeccompChoice& choice) const;
   mutable std::map<std::string, SeccompProgram> extra_seccomp_;
 
+  // The run's cgroup, or null when the run needs none and the host offers
+  // none. Refuses (SysError/UsageError) when a limit cannot be enforced and
+  // spec.limits.best_effort is off; otherwise records warnings.
+  // cpu_time_by_cgroup: the cgroup can measure the run's CPU time, so it
+  // enforces cpu_time (else RLIMIT_CPU stands in, or the run is refused).
   std::unique_ptr<RunCgroup> make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
-                                         std::set<std::string>& unenforced) const;
+                                         std::set<std::string>& unenforced, bool& cpu_time_by_cgroup) const;
 };
 
 }  // namespace nsbox

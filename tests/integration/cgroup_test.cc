@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "fixture.h"
@@ -214,6 +215,50 @@ TEST(FailClosed, BestEffortRunsWithAWarningAndStandIns) {
   EXPECT_NE(joined(r.warnings).find("memory limit applied per process as RLIMIT_DATA"),
             std::string::npos)
       << joined(r.warnings);
+}
+
+// This host's v1 hierarchies without cpuacct: a cgroup that limits memory,
+// CPU bandwidth and pids but cannot count CPU time. Empty where the host has
+// no v1 memory, cpu and pids (the VM rig is v2-only).
+std::optional<CgroupHost> v1_host_without_cpuacct() {
+  CgroupHost host = launcher().cgroup_host();
+  for (const char* c : {"memory", "cpu", "pids"})
+    if (!host.v1_self_dirs.count(c)) return std::nullopt;
+  host.v2_mount.reset();
+  host.v2_controllers.clear();
+  host.v1_self_dirs.erase("cpuacct");
+  return host;
+}
+
+TEST(FailClosed, CpuTimeWithoutCpuAccountingIsRefused) {
+  auto host = v1_host_without_cpuacct();
+  if (!host) GTEST_SKIP() << "needs cgroup v1 memory, cpu and pids hierarchies";
+  Launcher l(LauncherOptions{.cgroup_parent = {}, .cgroup_host = *host});
+  RunSpec spec = capture_spec({"true"});
+  spec.limits.cpu_time = std::chrono::seconds(2);
+  Result r = l.run(spec);
+  EXPECT_EQ(r.status, RunStatus::kSetupError);
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.error.find("cpu_time needs the run's CPU time, and its cgroup cannot measure it"), std::string::npos)
+      << r.error;
+  EXPECT_TRUE(run_cgroup_dirs(launcher().cgroup_host()).empty()) << "the refused run's cgroup is removed";
+}
+
+TEST(FailClosed, BestEffortCpuTimeWithoutCpuAccountingFallsBackToRlimitCpu) {
+  auto host = v1_host_without_cpuacct();
+  if (!host) GTEST_SKIP() << "needs cgroup v1 memory, cpu and pids hierarchies";
+  Launcher l(LauncherOptions{.cgroup_parent = {}, .cgroup_host = *host});
+  RunSpec spec = capture_spec(
+      {"python3", "-c", "import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0])\n"});
+  spec.limits.cpu_time = std::chrono::seconds(2);
+  spec.limits.cgroup.memory_bytes = 256 << 20;
+  spec.limits.best_effort = true;
+  Result r = l.run(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "2\n") << "RLIMIT_CPU stands in for the cgroup's CPU time";
+  EXPECT_NE(joined(r.warnings).find("cpu_time applied per process as RLIMIT_CPU"), std::string::npos)
+      << joined(r.warnings);
+  EXPECT_GT(r.peak_memory_bytes, 0) << "the cgroup still limits and measures memory";
 }
 
 }  // namespace
