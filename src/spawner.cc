@@ -463,16 +463,20 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     send_job_fd(control_.get(), theirs.get());
   }
   theirs.reset();
-  // The routing header: the spawner gives the job to a warm sandbox of this
-  // key when one is ready.
+  // The routing header (the spawner reads it and gives the job to a warm
+  // sandbox of this key when one is ready), then the job's size and text,
+  // which the sandbox's worker reads; one write for all of it.
   const std::string key = pool_key(job.profile_yaml, job.request.exec.language);
-  const unsigned char key_len = static_cast<unsigned char>(key.size());
-  write_full(mine.get(), {reinterpret_cast<const char*>(&key_len), 1}, "send job", "job socket");
-  write_full(mine.get(), key, "send job", "job socket");
-  std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
-  uint64_t size = text.size();
-  write_full(mine.get(), {reinterpret_cast<const char*>(&size), sizeof size}, "send job", "job socket");
-  write_full(mine.get(), text, "send job", "job socket");
+  const std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto key_len = static_cast<unsigned char>(key.size());
+  const uint64_t size = text.size();
+  std::string message;
+  message.reserve(1 + key.size() + sizeof size + text.size());
+  message.push_back(static_cast<char>(key_len));
+  message += key;
+  message.append(reinterpret_cast<const char*>(&size), sizeof size);
+  message += text;
+  write_full(mine.get(), message, "send job", "job socket");
   std::string answer;
   bool cancelled = false;
   char buf[65536];
