@@ -1,5 +1,7 @@
 #include "nsbox/digest.h"
 
+#include <openssl/evp.h>
+
 #include <cerrno>
 
 #include "nsbox/error.h"
@@ -17,7 +19,9 @@ std::string to_hex(const unsigned char* data, size_t size) {
   return out;
 }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new(), &EVP_MD_CTX_free) {
+void Sha256::Free::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) throw SysError("sha256", "init", ENOMEM);
 }
 

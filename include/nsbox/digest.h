@@ -2,12 +2,13 @@
 // artifact digests and pool keys.
 #pragma once
 
-#include <openssl/evp.h>
-
 #include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
+
+// OpenSSL's EVP_MD_CTX, declared here so that includers need no OpenSSL headers.
+struct evp_md_ctx_st;
 
 namespace nsbox {
 
@@ -22,7 +23,10 @@ class Sha256 {
   std::string hex();
 
  private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+  struct Free {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, Free> ctx_;
 };
 
 std::string sha256_hex(std::string_view data);
