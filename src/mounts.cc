@@ -276,9 +276,10 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
               .optional = true});
   }
 
-  // The new root becomes read-only, then the switch.
-  plan.add({.kind = MountKind::kRemount, .target = "/",
-            .flags = overlay_is_root ? read_only_bind : MS_REMOUNT | MS_RDONLY | kNoDevSuid});
+  // The skeleton becomes read-only once populated (an overlay root was
+  // mounted read-only, nosuid and nodev to begin with), then the switch.
+  if (!overlay_is_root)
+    plan.add({.kind = MountKind::kRemount, .target = "/", .flags = MS_REMOUNT | MS_RDONLY | kNoDevSuid});
   plan.add({.kind = MountKind::kPivotRoot, .target = spec.rootfs});
   plan.finalize();
   return plan;
