@@ -231,7 +231,7 @@ size_t reserve_bytes(Shared& s, size_t want) {
 }
 
 struct Decision {
-  std::string verdict;  // allowed, denied, failed
+  EgressVerdict verdict = EgressVerdict::kDenied;
   std::string reason;
   std::string address;
   UniqueFd upstream;
@@ -289,9 +289,10 @@ class Session {
     auto& req = std::get<HttpProxyRequest>(parsed);
     Decision d = decide(req.protocol, req.target);
     const std::string target = req.target.host + ":" + std::to_string(req.target.port);
-    if (d.verdict != "allowed") {
-      int status = d.verdict == "denied" ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
-      reply(http_proxy_response(status, "nsbox egress: " + d.verdict + " " + target + ": " + d.reason + "\n"));
+    if (d.verdict != EgressVerdict::kAllowed) {
+      int status = d.verdict == EgressVerdict::kDenied ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
+      reply(http_proxy_response(
+          status, "nsbox egress: " + std::string(to_string(d.verdict)) + " " + target + ": " + d.reason + "\n"));
       return;
     }
     std::string pending = buf_.substr(end);
@@ -332,8 +333,8 @@ class Session {
       return;
     }
     Decision d = decide(ProxyProtocol::kSocks5, req.target);
-    if (d.verdict != "allowed") {
-      reply(socks5_reply(d.verdict == "denied" ? kSocksNotAllowed : socks_code(d.err)));
+    if (d.verdict != EgressVerdict::kAllowed) {
+      reply(socks5_reply(d.verdict == EgressVerdict::kDenied ? kSocksNotAllowed : socks_code(d.err)));
       return;
     }
     if (!reply(socks5_reply(kSocksSucceeded))) return;
@@ -360,7 +361,7 @@ class Session {
       if (s_->requests >= s_->policy.max_connections) {
         s_->report.connection_cap_hit = true;
         ++s_->report.denied;
-        d.verdict = "denied";
+        d.verdict = EgressVerdict::kDenied;
         d.reason = "the run's connection cap (" + std::to_string(s_->policy.max_connections) + ") is reached";
         return d;
       }
@@ -372,11 +373,11 @@ class Session {
       candidates.push_back(*target.address);
     } else {
       Verdict v = check_name(s_->policy, target.host, target.port);
-      if (!v.allowed) return record(protocol, target, {"denied", v.reason, "", {}, 0});
+      if (!v.allowed) return record(protocol, target, {EgressVerdict::kDenied, v.reason, "", {}, 0});
       host_rule = v.host_rule;
       std::string error;
       candidates = resolve(s_, target.host, error);
-      if (candidates.empty()) return record(protocol, target, {"failed", error, "", {}, 0});
+      if (candidates.empty()) return record(protocol, target, {EgressVerdict::kFailed, error, "", {}, 0});
     }
     std::vector<IpAddress> allowed;
     Verdict first_denial;
@@ -392,17 +393,18 @@ class Session {
     }
     if (allowed.empty()) {
       std::string why = target.address ? first_denial.reason : target.host + ": " + first_denial.reason;
-      return record(protocol, target, {"denied", why, d.address, {}, 0});
+      return record(protocol, target, {EgressVerdict::kDenied, why, d.address, {}, 0});
     }
     const auto deadline = after_ms(s_->timeouts.connect_ms);
     int err = 0;
     for (const auto& a : allowed) {
       UniqueFd fd = connect_to(*s_, a, target.port, deadline, err);
-      if (fd) return record(protocol, target, {"allowed", d.reason, canonical(a).str(), std::move(fd), 0});
+      if (fd)
+        return record(protocol, target, {EgressVerdict::kAllowed, d.reason, canonical(a).str(), std::move(fd), 0});
       if (Clock::now() >= deadline || s_->stopping) break;
     }
     return record(protocol, target,
-                  {"failed", "connect to " + canonical(allowed.front()).str() + " port " +
+                  {EgressVerdict::kFailed, "connect to " + canonical(allowed.front()).str() + " port " +
                                  std::to_string(target.port) + ": " + std::strerror(err),
                    canonical(allowed.front()).str(), {}, err});
   }
@@ -410,7 +412,17 @@ class Session {
   Decision record(ProxyProtocol protocol, const ProxyTarget& target, Decision d) {
     std::lock_guard lock(s_->mu);
     EgressReport& r = s_->report;
-    (d.verdict == "allowed" ? r.allowed : d.verdict == "denied" ? r.denied : r.failed)++;
+    switch (d.verdict) {
+      case EgressVerdict::kAllowed:
+        ++r.allowed;
+        break;
+      case EgressVerdict::kDenied:
+        ++r.denied;
+        break;
+      case EgressVerdict::kFailed:
+        ++r.failed;
+        break;
+    }
     d.record = r.connections.size();
     r.connections.push_back({to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0});
     return d;

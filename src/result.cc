@@ -31,11 +31,12 @@ nlohmann::ordered_json to_json(const EgressReport& n) {
                                 {"host", c.host},
                                 {"port", c.port},
                                 {"address", c.address},
-                                {"verdict", c.verdict},
+                                {"verdict", to_string(c.verdict)},
                                 {"reason", c.reason},
                                 {"bytes_sent", c.bytes_sent},
                                 {"bytes_received", c.bytes_received}});
-    if (c.verdict != "allowed") j["denials"].push_back(c.host + ":" + std::to_string(c.port) + " " + c.verdict + ": " + c.reason);
+    if (c.verdict != EgressVerdict::kAllowed)
+      j["denials"].push_back(c.host + ":" + std::to_string(c.port) + " " + to_string(c.verdict) + ": " + c.reason);
   }
   if (n.connection_cap_hit) j["denials"].push_back("further connections refused: the run's connection cap is reached");
   return j;

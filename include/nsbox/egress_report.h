@@ -8,13 +8,32 @@
 
 namespace nsbox {
 
+// What the proxy did with one request.
+enum class EgressVerdict {
+  kAllowed,  // connected and relayed
+  kDenied,   // refused by the policy or a cap
+  kFailed,   // allowed, but the name did not resolve or the connect failed
+};
+
+constexpr const char* to_string(EgressVerdict v) {
+  switch (v) {
+    case EgressVerdict::kAllowed:
+      return "allowed";
+    case EgressVerdict::kDenied:
+      return "denied";
+    case EgressVerdict::kFailed:
+      return "failed";
+  }
+  return "failed";
+}
+
 // One request the proxy decided, allowed or denied.
 struct EgressConnection {
   std::string protocol;  // http-connect, http, socks5
   std::string host;      // as requested (normalized)
   uint16_t port = 0;
   std::string address;   // the address connected to, or that was refused; empty if none
-  std::string verdict;   // allowed, denied (by the policy or a cap), failed (allowed, not reached)
+  EgressVerdict verdict = EgressVerdict::kDenied;
   std::string reason;    // the rule that allowed it, or why it was refused or failed
   uint64_t bytes_sent = 0;      // sandbox -> upstream
   uint64_t bytes_received = 0;  // upstream -> sandbox

@@ -364,7 +364,7 @@ TEST(EgressProxy, ConnectTunnelRoundTripAndHalfClose) {
   EXPECT_EQ(c.host, "127.0.0.1");
   EXPECT_EQ(c.port, up.port());
   EXPECT_EQ(c.address, "127.0.0.1");
-  EXPECT_EQ(c.verdict, "allowed");
+  EXPECT_STREQ(to_string(c.verdict), "allowed");
   EXPECT_EQ(c.reason, rule_text(up.port()));
   EXPECT_EQ(c.bytes_sent, 12u);
   EXPECT_EQ(c.bytes_received, 15u);
@@ -401,7 +401,7 @@ TEST(EgressProxy, DeniedConnectGets403NamingHostPortAndReason) {
   EXPECT_EQ(rep.connections[1].address, "") << "a denied name is never resolved";
   EXPECT_EQ(rep.connections[1].host, "evil.example.com");
   for (const auto& c : rep.connections) {
-    EXPECT_EQ(c.verdict, "denied");
+    EXPECT_STREQ(to_string(c.verdict), "denied");
     EXPECT_EQ(c.bytes_sent + c.bytes_received, 0u);
   }
 }
@@ -424,7 +424,7 @@ TEST(EgressProxy, ConnectToAClosedPortIs502Failed) {
   EXPECT_EQ(rep.failed, 1u);
   EXPECT_EQ(rep.allowed, 0u);
   ASSERT_EQ(rep.connections.size(), 1u);
-  EXPECT_EQ(rep.connections[0].verdict, "failed");
+  EXPECT_STREQ(to_string(rep.connections[0].verdict), "failed");
   EXPECT_EQ(rep.connections[0].address, "127.0.0.1");
 }
 
@@ -485,7 +485,7 @@ TEST(EgressProxy, HttpForwardSendsOriginFormUpstream) {
   EgressReport rep = px.proxy.report();
   ASSERT_EQ(rep.connections.size(), 1u);
   EXPECT_EQ(rep.connections[0].protocol, "http");
-  EXPECT_EQ(rep.connections[0].verdict, "allowed");
+  EXPECT_STREQ(to_string(rep.connections[0].verdict), "allowed");
   EXPECT_EQ(rep.connections[0].bytes_sent, expected_head.size()) << "the rewritten head counts";
   EXPECT_EQ(rep.connections[0].bytes_received, response.size());
 }
@@ -548,7 +548,7 @@ TEST(EgressProxy, Socks5Ipv4) {
   EXPECT_EQ(rep.connections[0].protocol, "socks5");
   EXPECT_EQ(rep.connections[0].host, "127.0.0.1");
   EXPECT_EQ(rep.connections[0].port, up.port());
-  EXPECT_EQ(rep.connections[0].verdict, "allowed");
+  EXPECT_STREQ(to_string(rep.connections[0].verdict), "allowed");
   EXPECT_EQ(rep.connections[0].bytes_sent, 5u);
   EXPECT_EQ(rep.connections[0].bytes_received, 8u);
 }
@@ -571,8 +571,9 @@ uint8_t socks_localhost(uint16_t proxy_port, uint16_t port) {
 // Why the proxy decided its last request as it did.
 std::string last_reason(const EgressProxy& proxy) {
   EgressReport rep = proxy.report();
-  return rep.connections.empty() ? "(nothing recorded)" : rep.connections.back().verdict + ": " +
-                                                             rep.connections.back().reason;
+  return rep.connections.empty() ? "(nothing recorded)"
+                                 : std::string(to_string(rep.connections.back().verdict)) + ": " +
+                                       rep.connections.back().reason;
 }
 
 TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
@@ -588,7 +589,7 @@ TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
   ASSERT_EQ(rep.connections.size(), 1u);
   const EgressConnection& c = rep.connections[0];
   EXPECT_EQ(c.host, "localhost") << "normalized";
-  EXPECT_EQ(c.verdict, "denied");
+  EXPECT_STREQ(to_string(c.verdict), "denied");
   EXPECT_TRUE(c.address == "127.0.0.1" || c.address == "::1") << c.address;
   EXPECT_EQ(c.reason.rfind("localhost: " + c.address + " is loopback", 0), 0u) << c.reason;
   EXPECT_NE(c.reason.find("refused by deny_private"), std::string::npos) << c.reason;
@@ -605,7 +606,7 @@ TEST(EgressProxy, Socks5DomainLocalhostAllowedWithoutDenyPrivate) {
   px.proxy.stop();
   EgressReport rep = px.proxy.report();
   ASSERT_EQ(rep.connections.size(), 1u);
-  EXPECT_EQ(rep.connections[0].verdict, "allowed");
+  EXPECT_STREQ(to_string(rep.connections[0].verdict), "allowed");
   EXPECT_EQ(rep.connections[0].address, "127.0.0.1") << "the address it reached (::1 has no listener)";
   EXPECT_EQ(rep.connections[0].reason, "rule {host: localhost, ports: [" + std::to_string(up.port()) + "]}");
 }
@@ -620,7 +621,7 @@ TEST(EgressProxy, Socks5DomainLocalhostAllowedByACidrRule) {
   px.proxy.stop();
   EgressReport rep = px.proxy.report();
   ASSERT_EQ(rep.connections.size(), 1u);
-  EXPECT_EQ(rep.connections[0].verdict, "allowed");
+  EXPECT_STREQ(to_string(rep.connections[0].verdict), "allowed");
   EXPECT_EQ(rep.connections[0].address, "127.0.0.1");
   EXPECT_EQ(rep.connections[0].reason, rule_text(up.port()));
 }
@@ -674,7 +675,7 @@ TEST(EgressProxy, Socks5ConnectionRefused) {
   }
   px.proxy.stop();
   ASSERT_EQ(px.proxy.report().connections.size(), 1u);
-  EXPECT_EQ(px.proxy.report().connections[0].verdict, "failed");
+  EXPECT_STREQ(to_string(px.proxy.report().connections[0].verdict), "failed");
 }
 
 // ---- the report and the caps ----
@@ -737,7 +738,7 @@ TEST(EgressProxy, ReportRecordsVerdictsAddressesAndBytesInOrder) {
     EXPECT_EQ(c.host, expected[i].host) << i;
     EXPECT_EQ(c.port, expected[i].port) << i;
     EXPECT_EQ(c.address, expected[i].address) << i;
-    EXPECT_EQ(c.verdict, expected[i].verdict) << i;
+    EXPECT_STREQ(to_string(c.verdict), expected[i].verdict) << i;
     EXPECT_EQ(c.bytes_sent, expected[i].sent) << i;
     EXPECT_EQ(c.bytes_received, expected[i].received) << i;
     EXPECT_FALSE(c.reason.empty()) << i;
