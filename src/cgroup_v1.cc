@@ -88,6 +88,14 @@ class V1RunCgroup : public RunCgroup {
     return ns >= 0 ? ns / 1000000 : -1;
   }
   void kill_all() override { freeze_and_kill(dir_of("freezer"), unique_dirs_); }
+  bool set_cpu_weight(uint32_t weight) override {
+    const std::string d = dir_of("cpu");
+    if (d.empty()) return false;
+    // v1 shares: 1024 is the default, as 100 is v2's; 2 is the least.
+    const uint64_t shares = std::max<uint64_t>(2, uint64_t{weight} * 1024 / kDefaultCpuWeight);
+    write_text(d + "/cpu.shares", std::to_string(shares));
+    return true;
+  }
   std::string describe() const override {
     std::string out;
     for (const auto& d : unique_dirs_) out += (out.empty() ? "" : ", ") + d;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "cgroup_internal.h"
@@ -93,6 +94,12 @@ class V2RunCgroup : public RunCgroup {
     }
   }
   std::string describe() const override { return dir_; }
+  bool set_cpu_weight(uint32_t weight) override {
+    const std::string file = dir_ + "/cpu.weight";  // present only with the cpu controller enabled
+    if (::access(file.c_str(), F_OK) != 0) return false;
+    write_text(file, std::to_string(std::clamp<uint32_t>(weight, 1, 10000)));
+    return true;
+  }
 
  private:
   std::string dir_;

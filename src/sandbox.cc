@@ -559,6 +559,7 @@ struct PreparedRun::State {
   std::optional<Workspace> workspace;
   std::unique_ptr<RunCgroup> cgroup;
   bool cpu_time_by_cgroup = false;     // else RLIMIT_CPU stands in (best-effort)
+  bool cpu_weight_lowered = false;     // by prepare's start_cpu_weight; finish() restores it
   std::unique_ptr<EgressProxy> proxy;
   Pipe sync;                           // the write end stays open for the whole run
   UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
@@ -616,7 +617,22 @@ int64_t PreparedRun::memory_bytes() const {
   return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1;
 }
 
-std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input) const {
+namespace {
+
+// Sets the weight a sandbox starts up with; a hint only: a host or profile
+// without the cpu controller starts it at the default weight.
+bool lower_start_weight(RunCgroup* cgroup, std::optional<uint32_t> weight) {
+  if (!cgroup || !weight) return false;
+  try {
+    return cgroup->set_cpu_weight(*weight);
+  } catch (const SysError&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::optional<uint32_t> start_cpu_weight) const {
   auto st = std::make_unique<PreparedRun::State>();
   st->prepared_at = Clock::now();
   Result& result = st->result;
@@ -638,6 +654,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input) const {
     std::set<std::string> unenforced;
     st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
     RunCgroup* cgroup = st->cgroup.get();
+    st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced,
                                              spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
@@ -781,6 +798,13 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
   // What the sandbox used while it waited (a warm sandbox's interpreter
   // start-up) is not the run's.
   const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->cpu_ms(), 0) : 0;
+  if (st.cpu_weight_lowered) {
+    try {
+      cgroup->set_cpu_weight(kDefaultCpuWeight);  // the run competes as an equal
+    } catch (const SysError& e) {
+      result.warnings.push_back(std::string("the run kept its start-up CPU weight (") + e.what() + ")");
+    }
+  }
   try {
     Watch watch{.proc = *st.proc,
                 .error_fd = std::move(st.error_read),

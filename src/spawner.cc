@@ -250,7 +250,7 @@ void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl)
     const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
     std::optional<ArtifactsDir> artifacts;
     RunSpec spec = exec_spec(job_spec(profile, artifacts), entry.language);
-    std::unique_ptr<PreparedRun> prepared = launcher.prepare(spec);
+    std::unique_ptr<PreparedRun> prepared = launcher.prepare(spec, kWarmingCpuWeight);
     // Ready when the interpreter has started and waits for its request. A
     // runner that takes longer is offered anyway: a run on it only waits
     // for the rest of its start-up.

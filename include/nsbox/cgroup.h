@@ -74,8 +74,15 @@ class RunCgroup {
   // CPU time used so far, or -1; one file read (usage() reads five).
   virtual int64_t cpu_ms() const = 0;
   virtual void kill_all() = 0;
+  // The run's share of CPU time against its siblings when the CPUs are
+  // contended, in cgroup v2 units (1..10000; kDefaultCpuWeight is everyone's
+  // default). False when the run's cgroup has no cpu controller. Throws
+  // SysError when the file cannot be written.
+  virtual bool set_cpu_weight(uint32_t weight) = 0;
   virtual std::string describe() const = 0;  // where it lives, for logs
 };
+
+constexpr uint32_t kDefaultCpuWeight = 100;
 
 // Creates the cgroup of a run named run_name with limits, using version
 // `version` ("v1" or "v2") of host. Throws SysError naming the file that

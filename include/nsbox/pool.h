@@ -34,6 +34,11 @@ struct PoolEntry {
   uint32_t size = 0;
 };
 
+// The CPU weight (cgroup v2 units, the default is 100) a warm sandbox starts
+// up with: when the CPUs are busy, the runs being served go first and the
+// refills take what is left. Restored to the default when a run takes it.
+constexpr uint32_t kWarmingCpuWeight = 1;
+
 // The key a job is routed by: sha256 of the profile and the language.
 std::string pool_key(const std::string& profile_yaml, Language language);
 

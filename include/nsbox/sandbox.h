@@ -90,7 +90,11 @@ class Launcher {
 
   // Starts spec's sandbox and leaves it waiting (see PreparedRun). Never
   // throws for a sandbox that cannot be built: finish() reports it.
-  std::unique_ptr<PreparedRun> prepare(const RunSpec& spec) const;
+  // start_cpu_weight (cgroup v2 units), if set, is the sandbox's CPU weight
+  // until finish(), which restores the default before the run begins: a
+  // warm sandbox starts up in the background of the runs being served.
+  std::unique_ptr<PreparedRun> prepare(const RunSpec& spec,
+                                       std::optional<uint32_t> start_cpu_weight = std::nullopt) const;
 
   const HostIds& host_ids() const { return host_ids_; }
   const CgroupHost& cgroup_host() const { return cgroups_; }

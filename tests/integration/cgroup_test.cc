@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "fixture.h"
 #include "nsbox/cgroup.h"
@@ -99,6 +100,50 @@ TEST_F(Cgroups, ForkBombStopsAtPidsMaxAndTheRunEndsOnTime) {
   EXPECT_TRUE(has(r.limits_hit, "pids")) << joined(r.limits_hit);
   EXPECT_TRUE(has(r.limits_hit, "wall_time"));
   EXPECT_LT(r.wall_ms, in_vm_guest() ? 30000 : 6000);
+}
+
+// The run cgroup's CPU weight file (cgroup v1 cpu.shares, v2 cpu.weight)
+// among this process's run cgroups, and the default it should return to.
+struct WeightFile {
+  std::string path;
+  std::string default_value;
+};
+std::optional<WeightFile> run_weight_file() {
+  for (const auto& dir : run_cgroup_dirs(launcher().cgroup_host())) {
+    if (::access((dir + "/cpu.weight").c_str(), F_OK) == 0) return WeightFile{dir + "/cpu.weight", "100"};
+    if (::access((dir + "/cpu.shares").c_str(), F_OK) == 0) return WeightFile{dir + "/cpu.shares", "1024"};
+  }
+  return std::nullopt;
+}
+
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+TEST_F(Cgroups, PreparedSandboxStartsAtItsStartWeightAndRunsAtTheDefault) {
+  RunSpec spec = capture_spec({"sh", "-c", "read line; echo \"$line\"; sleep 1"});
+  spec.limits.cgroup.cpus = 1;  // the cpu controller is in the run's cgroup
+  spec.stdin_data = "";
+  auto prepared = launcher().prepare(spec, 1);
+  auto weight = run_weight_file();
+  ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares in this process's run cgroups";
+  // Weight 1 of v2's 100 is 10 of v1's 1024 shares.
+  const std::string lowest = weight->path.ends_with("cpu.weight") ? "1" : "10";
+  EXPECT_EQ(first_line(weight->path), lowest) << "while it waits, the sandbox has the start weight";
+
+  Result r;
+  std::thread run([&] { r = prepared->finish("go\n", std::chrono::seconds(10)); });
+  std::string during;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline && (during = first_line(weight->path)) != weight->default_value)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  run.join();
+  EXPECT_EQ(during, weight->default_value) << "the run itself competes at the default weight";
+  EXPECT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "go\n");
 }
 
 TEST_F(Cgroups, CpuBandwidthLimitThrottlesABusyLoop) {
