@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cerrno>
+#include <type_traits>
 
 #include "nsbox/error.h"
 
@@ -18,6 +19,9 @@ std::string to_hex(const unsigned char* data, size_t size) {
   }
   return out;
 }
+
+static_assert(std::is_same_v<EVP_MD_CTX, evp_md_ctx_st>,
+              "digest.h forward-declares OpenSSL's EVP_MD_CTX as struct evp_md_ctx_st (OpenSSL 1.1 and later)");
 
 void Sha256::Free::operator()(evp_md_ctx_st* ctx) const { EVP_MD_CTX_free(ctx); }
 

@@ -75,10 +75,12 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
     case RunStatus::kKilled:
       out.status = "killed";
       out.error_type = "killed";
+      // The supervisor's reason when it gave one (a foreign ABI call, a CPU
+      // counter that could no longer be read).
       out.error = "Execution was killed by " + signal_name(run.signal.value_or(SIGKILL)) +
-                  (run.signal != SIGSYS ? ""
-                   : run.error.empty() ? " (a forbidden system call)"
-                                       : " (" + run.error + ")");
+                  (!run.error.empty()        ? " (" + run.error + ")"
+                   : run.signal == SIGSYS ? " (a forbidden system call)"
+                                          : "");
       return;
     case RunStatus::kSetupError:
       out.status = "error";
@@ -134,6 +136,8 @@ std::optional<ExecOutcome> answer_without_code(const ExecRequest& request) {
   return out;
 }
 
+}  // namespace
+
 ExecOutcome outcome_of(const RunSpec& spec, Result run) {
   ExecOutcome out;
   out.run = std::move(run);
@@ -143,8 +147,6 @@ ExecOutcome outcome_of(const RunSpec& spec, Result run) {
   if (!(finished && parse_runner_result(out.run, out))) describe_failure(spec, out.run, out);
   return out;
 }
-
-}  // namespace
 
 ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd) {
   if (auto answer = answer_without_code(request)) return *answer;

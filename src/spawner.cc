@@ -455,6 +455,17 @@ Spawner::~Spawner() {
 }
 
 JobResult Spawner::run(const Job& job, int cancel_fd) const {
+  // Encoded before the spawner is told: it waits for the routing header
+  // with a deadline, and its loop serves every other job meanwhile.
+  const std::string key = pool_key(job.profile_yaml, job.request.exec.language);
+  const std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
+  // The routing header (the spawner reads it and gives the job to a warm
+  // sandbox of this key when one is ready) with the job's size, which the
+  // sandbox's worker reads before the text.
+  const uint64_t size = text.size();
+  std::string header(1, static_cast<char>(key.size()));
+  header += key;
+  header.append(reinterpret_cast<const char*>(&size), sizeof size);
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw SysError("socketpair", "job", errno);
   UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -463,20 +474,8 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     send_job_fd(control_.get(), theirs.get());
   }
   theirs.reset();
-  // The routing header (the spawner reads it and gives the job to a warm
-  // sandbox of this key when one is ready), then the job's size and text,
-  // which the sandbox's worker reads; one write for all of it.
-  const std::string key = pool_key(job.profile_yaml, job.request.exec.language);
-  const std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
-  const auto key_len = static_cast<unsigned char>(key.size());
-  const uint64_t size = text.size();
-  std::string message;
-  message.reserve(1 + key.size() + sizeof size + text.size());
-  message.push_back(static_cast<char>(key_len));
-  message += key;
-  message.append(reinterpret_cast<const char*>(&size), sizeof size);
-  message += text;
-  write_full(mine.get(), message, "send job", "job socket");
+  write_full(mine.get(), header, "send job", "job socket");
+  write_full(mine.get(), text, "send job", "job socket");
   std::string answer;
   bool cancelled = false;
   char buf[65536];

@@ -50,6 +50,10 @@ RunSpec exec_spec(RunSpec base, Language language);
 // wall_time applies from now. The prepared sandbox is used up.
 ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd = -1);
 
+// What a run of spec's runner comes to: the runner's result when it wrote one
+// and ended normally, else the status and an error that says why not.
+ExecOutcome outcome_of(const RunSpec& spec, Result run);
+
 // {"return", "error", "status", "stdout", "stderr", "usage": {...}, ...}
 nlohmann::ordered_json to_json(const ExecOutcome& outcome);
 

@@ -153,22 +153,33 @@ void write_file(const std::string& path, const std::string& text) {
   put(fd.get(), text.data(), text.size(), path.c_str());
 }
 
+// Forks a child that runs child_main(its end of a new socket pair) and
+// never returns; gives the parent's end in `sock` and the child's pid.
+template <typename ChildMain>
+pid_t fork_connected(const char* what, nsbox::UniqueFd& sock, ChildMain child_main) {
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) die("socketpair", what, errno);
+  pid_t pid = ::fork();
+  if (pid < 0) die("fork", what, errno);
+  if (pid == 0) {
+    ::close(pair[0]);
+    child_main(pair[1]);
+    ::_exit(0);
+  }
+  ::close(pair[1]);
+  sock.reset(pair[0]);
+  return pid;
+}
+
 // Starts a zygote in its own user and mount namespaces, mapped to the
 // unprivileged host uid and gid 65534; returns the socket to it.
 nsbox::UniqueFd start_zygote(const Options& o) {
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-    die("socketpair", "zygote", errno);
-  pid_t z = ::fork();
-  if (z < 0) die("fork", "zygote", errno);
-  if (z == 0) {
-    ::close(pair[0]);
+  nsbox::UniqueFd sock;
+  const pid_t z = fork_connected("zygote", sock, [&](int end) {
     if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) die("unshare", "zygote user namespace", errno);
-    send_byte(pair[1], 'u');
-    run_zygote(pair[1], o);
-  }
-  ::close(pair[1]);
-  nsbox::UniqueFd sock(pair[0]);
+    send_byte(end, 'u');
+    run_zygote(end, o);
+  });
   if (recv_byte(sock.get()) != 'u') die("read", "zygote start", EPROTO);
   const std::string child = "/proc/" + std::to_string(z);
   write_file(child + "/setgroups", "deny");
@@ -249,19 +260,12 @@ int main(int argc, char** argv) {
   std::vector<nsbox::UniqueFd> lanes;
   std::vector<pid_t> lane_pids;
   for (int i = 0; i < o.lanes; ++i) {
-    int pair[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-      die("socketpair", "lane", errno);
-    pid_t pid = ::fork();
-    if (pid < 0) die("fork", "lane", errno);
-    if (pid == 0) {
-      ::close(pair[0]);
-      for (auto& l : lanes) l.reset();
-      run_lane(pair[1], o, host, version);
-    }
-    ::close(pair[1]);
-    lanes.emplace_back(pair[0]);
-    lane_pids.push_back(pid);
+    nsbox::UniqueFd sock;
+    lane_pids.push_back(fork_connected("lane", sock, [&](int end) {
+      lanes.clear();  // the other lanes' sockets are the parent's
+      run_lane(end, o, host, version);
+    }));
+    lanes.push_back(std::move(sock));
   }
   const int per_batch = std::max(1, o.runs / (o.rounds * o.lanes));
   std::array<std::vector<int64_t>, kVariantCount> latencies;

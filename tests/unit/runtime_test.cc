@@ -1,0 +1,38 @@
+// How a sandbox's Result becomes the API's answer (status, error_type,
+// error) when the runner gave no result. No sandboxes.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include "nsbox/runtime.h"
+
+namespace nsbox {
+namespace {
+
+Result killed_by(int sig, std::string error = "") {
+  Result r;
+  r.status = RunStatus::kKilled;
+  r.signal = sig;
+  r.exit_code = 128 + sig;
+  r.error = std::move(error);
+  return r;
+}
+
+TEST(Outcome, KilledRunSaysWhyWhenTheSupervisorDid) {
+  ExecOutcome o = outcome_of(RunSpec{}, killed_by(SIGKILL, "stopped: the run's CPU time could no longer be read"));
+  EXPECT_EQ(o.status, "killed");
+  EXPECT_EQ(o.error_type, "killed");
+  EXPECT_EQ(o.error, "Execution was killed by SIGKILL (stopped: the run's CPU time could no longer be read)");
+}
+
+TEST(Outcome, KilledBySeccompWithoutDetailNamesTheCause) {
+  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGSYS)).error,
+            "Execution was killed by SIGSYS (a forbidden system call)");
+}
+
+TEST(Outcome, KilledBySignalAloneNamesTheSignal) {
+  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGKILL)).error, "Execution was killed by SIGKILL");
+}
+
+}  // namespace
+}  // namespace nsbox
