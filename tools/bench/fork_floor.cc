@@ -12,9 +12,11 @@
 // the run's PID 1, which mounts /proc and /tmp and forks W, the workload,
 // which writes to --touch-kb of the inherited heap (copy-on-write faults, as
 // a forked interpreter's refcounts do); all exit and the cgroup is removed.
-// The variants build on each other and run in rotating order every round.
+// The variants build on each other and run in a new random order each round;
+// besides latency and throughput it reports the machine's busy CPU time per run.
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
@@ -28,7 +30,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -114,6 +118,7 @@ char recv_byte(int fd) {
   if (v >= kNetwork) flags |= CLONE_NEWNET;
   if (flags && ::unshare(flags) != 0) die("unshare", "run namespaces", errno);
   pid_t self = ::getpid();  // the zygote shares the host's pid namespace here
+  send_byte(sock, 'p');
   put(sock, &self, sizeof self, "lane socket");
   if (recv_byte(sock) != 'g') die("read", "go byte", EPROTO);
   if (v >= kNetwork) {
@@ -123,7 +128,6 @@ char recv_byte(int fd) {
   if (p < 0) die("fork", "PID 1", errno);
   if (p == 0) run_pid1(v, heap, touch);
   ::waitpid(p, nullptr, 0);
-  send_byte(sock, 'd');
   ::_exit(0);
 }
 
@@ -143,7 +147,10 @@ char recv_byte(int fd) {
     pid_t c = ::fork();
     if (c < 0) die("fork", "run", errno);
     if (c == 0) run_forked(static_cast<Variant>(v), sock, heap, touch);
+    // Done once C is reaped (it reaps PID 1, which reaps the workload): the
+    // cgroup is empty when the supervisor removes it, as in nsbox.
     ::waitpid(c, nullptr, 0);
+    send_byte(sock, 'd');
   }
 }
 
@@ -158,7 +165,8 @@ void write_file(const std::string& path, const std::string& text) {
 template <typename ChildMain>
 pid_t fork_connected(const char* what, nsbox::UniqueFd& sock, ChildMain child_main) {
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) die("socketpair", what, errno);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+    die("socketpair", what, errno);
   pid_t pid = ::fork();
   if (pid < 0) die("fork", what, errno);
   if (pid == 0) {
@@ -189,36 +197,72 @@ nsbox::UniqueFd start_zygote(const Options& o) {
   return sock;
 }
 
+// In a lane, failures throw: unwinding removes the run's cgroup.
+char lane_recv(int fd, const char* what) {
+  char c = 0;
+  if (!get(fd, &c, 1)) throw nsbox::SysError("read", what, EPIPE);
+  return c;
+}
+
+// One run of variant v; its latency in microseconds.
+int64_t run_once(int zygote, Variant v, const nsbox::CgroupHost& host, const std::string& version) {
+  static const nsbox::CgroupLimits limits{.memory_bytes = 512ull << 20, .pids = 128, .cpus = 1};
+  const auto t0 = Clock::now();
+  std::unique_ptr<nsbox::RunCgroup> cgroup;
+  if (v >= kCgroup)
+    cgroup = nsbox::create_run_cgroup(host, version, limits, nsbox::next_run_cgroup_name());
+  nsbox::write_full(zygote, std::string_view(reinterpret_cast<const char*>(&v), 1), "write",
+                    "zygote");
+  if (lane_recv(zygote, "zygote") != 'p')
+    throw nsbox::SysError("run", "setup (see its error above)", EPROTO);
+  pid_t pid = 0;
+  if (!get(zygote, &pid, sizeof pid)) throw nsbox::SysError("read", "run pid", EPIPE);
+  if (cgroup) cgroup->add_process(pid);
+  nsbox::write_full(zygote, "g", "write", "zygote");
+  if (lane_recv(zygote, "zygote") != 'd') throw nsbox::SysError("read", "run end", EPROTO);
+  cgroup.reset();  // empty by now: removed
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+}
+
 // One lane: serves batches from the parent on ctl, answering each with the
-// batch's per-run latencies in microseconds.
+// batch's per-run latencies in microseconds. Ctrl-C is the parent's: a lane
+// sees its socket close and ends between runs, removing what it created.
 [[noreturn]] void run_lane(int ctl, const Options& o, const nsbox::CgroupHost& host,
                            const std::string& version) {
-  nsbox::UniqueFd zygote = start_zygote(o);
-  const nsbox::CgroupLimits limits{.memory_bytes = 512ull << 20, .pids = 128, .cpus = 1};
-  for (;;) {
-    struct {
-      char variant;
-      int32_t count;
-    } batch{};
-    if (!get(ctl, &batch, sizeof batch)) ::_exit(0);
-    std::vector<int64_t> us;
-    for (int i = 0; i < batch.count; ++i) {
-      const auto t0 = Clock::now();
-      std::unique_ptr<nsbox::RunCgroup> cgroup;
-      if (batch.variant >= kCgroup)
-        cgroup = nsbox::create_run_cgroup(host, version, limits, nsbox::next_run_cgroup_name());
-      send_byte(zygote.get(), batch.variant);
-      pid_t pid = 0;
-      if (!get(zygote.get(), &pid, sizeof pid)) die("read", "run pid", EPIPE);
-      if (cgroup) cgroup->add_process(pid);
-      send_byte(zygote.get(), 'g');
-      if (recv_byte(zygote.get()) != 'd') die("read", "run done", EPROTO);
-      cgroup.reset();  // kills what is left, waits until empty, removes it
-      us.push_back(
-          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+  try {
+    nsbox::UniqueFd zygote = start_zygote(o);
+    for (;;) {
+      struct {
+        char variant;
+        int32_t count;
+      } batch{};
+      if (!get(ctl, &batch, sizeof batch)) ::_exit(0);
+      std::vector<int64_t> us;
+      for (int i = 0; i < batch.count; ++i)
+        us.push_back(run_once(zygote.get(), static_cast<Variant>(batch.variant), host, version));
+      nsbox::write_full(
+          ctl, std::string_view(reinterpret_cast<const char*>(us.data()), us.size() * sizeof us[0]),
+          "write", "lane results");
     }
-    put(ctl, us.data(), us.size() * sizeof us[0], "lane results");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench-fork-floor: lane: %s\n", e.what());
+    ::_exit(1);
   }
+}
+
+// Busy and total jiffies of all CPUs (/proc/stat's first line).
+std::pair<uint64_t, uint64_t> cpu_jiffies() {
+  std::FILE* f = std::fopen("/proc/stat", "re");
+  if (!f) die("open", "/proc/stat", errno);
+  unsigned long long v[8] = {};
+  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                            &v[3], &v[4], &v[5], &v[6], &v[7]);
+  std::fclose(f);
+  if (n != 8) die("parse", "/proc/stat", EPROTO);
+  uint64_t total = 0;
+  for (auto x : v) total += x;
+  return {total - v[3] - v[4], total};  // idle and iowait are not busy
 }
 
 double percentile(std::vector<int64_t> v, double p) {
@@ -239,7 +283,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 5000));
   app.add_option("--lanes", o.lanes, "runs in flight at once (default 2)")
       ->check(CLI::Range(1, 16));
-  app.add_option("--rounds", o.rounds, "rounds; variant order rotates each round")
+  app.add_option("--rounds", o.rounds, "rounds; the variants run in a new random order each round")
       ->check(CLI::Range(1, 50));
   app.add_option("--heap-mb", o.heap_mb, "zygote's touched memory, MiB (default 14)")
       ->check(CLI::Range(1, 1024));
@@ -270,10 +314,16 @@ int main(int argc, char** argv) {
   const int per_batch = std::max(1, o.runs / (o.rounds * o.lanes));
   std::array<std::vector<int64_t>, kVariantCount> latencies;
   std::array<double, kVariantCount> seconds{};
+  std::array<uint64_t, kVariantCount> busy_jiffies{};
   std::array<int, kVariantCount> done{};
+  std::array<Variant, kVariantCount> order = {kFork, kNamespaces, kNetwork, kCgroup};
+  std::mt19937 shuffle_rng(20261130);  // fixed: the same orders every time
   for (int round = 0; round < o.rounds; ++round) {
-    for (int k = 0; k < kVariantCount; ++k) {
-      const auto v = static_cast<Variant>((k + round) % kVariantCount);
+    // A random order: work the kernel defers (a network namespace is freed
+    // by a background worker) must not always land in the same next variant.
+    std::shuffle(order.begin(), order.end(), shuffle_rng);
+    for (const Variant v : order) {
+      const uint64_t busy0 = cpu_jiffies().first;
       const auto t0 = Clock::now();
       struct {
         char variant;
@@ -287,6 +337,10 @@ int main(int argc, char** argv) {
         latencies[v].insert(latencies[v].end(), us.begin(), us.end());
       }
       seconds[v] += std::chrono::duration<double>(Clock::now() - t0).count();
+      // The CPU count includes what the kernel finishes just after the
+      // batch (namespace and cgroup teardown in workers): it waits a little.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      busy_jiffies[v] += cpu_jiffies().first - busy0;
       done[v] += per_batch * o.lanes;
     }
   }
@@ -300,11 +354,20 @@ int main(int argc, char** argv) {
       "written per run\n\n",
       u.release, ::sysconf(_SC_NPROCESSORS_ONLN), version.c_str(), o.lanes, o.rounds, o.heap_mb,
       o.touch_kb);
-  std::printf("| variant | runs | runs/s | median ms | p90 ms | what each run does |\n");
-  std::printf("|---|--:|--:|--:|--:|---|\n");
+  // CPU time per run: every CPU's busy time over the batches (and 200 ms
+  // after each), so it includes the machine's other work; what it allows at
+  // most when the CPUs are the bound.
+  const double ms_per_jiffy = 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  std::printf(
+      "| variant | runs | runs/s | median ms | p90 ms | CPU ms/run | CPU-bound runs/s | what each "
+      "run does |\n");
+  std::printf("|---|--:|--:|--:|--:|--:|--:|---|\n");
   for (int v = 0; v < kVariantCount; ++v) {
-    std::printf("| %s | %d | %.0f | %.2f | %.2f | %s |\n", kVariantNames[v], done[v],
+    const double cpu_ms = static_cast<double>(busy_jiffies[v]) * ms_per_jiffy / done[v];
+    std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.0f | %s |\n", kVariantNames[v], done[v],
                 done[v] / seconds[v], percentile(latencies[v], 0.5), percentile(latencies[v], 0.9),
+                cpu_ms, cpu_ms > 0 ? 1000.0 * static_cast<double>(cpus) / cpu_ms : 0.0,
                 kVariantWork[v]);
   }
   return 0;
