@@ -87,6 +87,7 @@ class V1RunCgroup : public RunCgroup {
     const int64_t ns = d.empty() ? -1 : read_number(d + "/cpuacct.usage");
     return ns >= 0 ? ns / 1000000 : -1;
   }
+  bool counts_cpu_time() const override { return !dir_of("cpuacct").empty(); }
   void kill_all() override { freeze_and_kill(dir_of("freezer"), unique_dirs_); }
   bool set_cpu_weight(uint32_t weight) override {
     const std::string d = dir_of("cpu");

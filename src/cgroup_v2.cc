@@ -93,6 +93,7 @@ class V2RunCgroup : public RunCgroup {
       for (pid_t pid : read_pids(dir_ + "/cgroup.procs")) ::kill(pid, SIGKILL);
     }
   }
+  bool counts_cpu_time() const override { return true; }  // cpu.stat is in every cgroup
   std::string describe() const override { return dir_; }
   bool set_cpu_weight(uint32_t weight) override {
     const std::string file = dir_ + "/cpu.weight";  // present only with the cpu controller enabled

@@ -534,7 +534,7 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
   for (const auto& c : unenforced) warnings.push_back(best_effort_note(c));
   // A cgroup without CPU accounting (a v1 host with no cpuacct hierarchy)
   // cannot enforce cpu_time either: the same choice as having no cgroup.
-  cpu_time_by_cgroup = wants_cpu_time && cgroup && cgroup->cpu_ms() >= 0;
+  cpu_time_by_cgroup = wants_cpu_time && cgroup && cgroup->counts_cpu_time();
   if (wants_cpu_time && !cpu_time_by_cgroup) {
     if (!spec.limits.best_effort) {
       throw SysError("cgroup",

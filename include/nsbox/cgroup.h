@@ -73,6 +73,9 @@ class RunCgroup {
   virtual CgroupUsage usage() const = 0;
   // CPU time used so far, or -1; one file read (usage() reads five).
   virtual int64_t cpu_ms() const = 0;
+  // Whether cpu_ms() has a counter to read at all (v1 needs the cpuacct
+  // hierarchy; every v2 cgroup has cpu.stat). Known without any I/O.
+  virtual bool counts_cpu_time() const = 0;
   virtual void kill_all() = 0;
   // The run's share of CPU time against its siblings when the CPUs are
   // contended, in cgroup v2 units (1..10000; kDefaultCpuWeight is everyone's
