@@ -6,12 +6,23 @@ to fd 1/2 untouched. One JSON object {"return", "error", "error_type"} is
 written to fd 3, which is then closed; exit status 0 whenever it was written.
 Without a usable fd 3 the runner says so on stderr and exits 70.
 
-Only json, os and sys are imported at startup (startup time); traceback
-only to format an error, asyncio only when main gives back an awaitable.
+Only os, sys and _json (json's C accelerator) are imported at startup:
+`import json` pulls in re and enum and would double the interpreter's
+start-up. The request and the result go through the same C scanner and
+encoder that json.loads and json.dumps use, with json's settings; anything
+unusual (an error to report, a byte-order mark) falls back to json itself,
+so every answer and message is json's. traceback is imported only to format
+an error, asyncio only when main gives back an awaitable.
 """
-import json
 import os
 import sys
+
+try:
+    from _json import encode_basestring as _c_encode_str
+    from _json import make_encoder as _c_make_encoder
+    from _json import make_scanner as _c_make_scanner
+except ImportError:  # a Python without the accelerator: json does it all
+    _c_make_scanner = _c_make_encoder = _c_encode_str = None
 
 RESULT_FD = 3
 USER_FILE = "<user_code>"  # the file name in tracebacks, as the platform's
@@ -20,9 +31,61 @@ NAN_MESSAGE = "Out of range float values are not JSON compliant"
 EX_SOFTWARE = 70  # no result could be delivered
 
 # Captured now: user code shares sys.modules and could patch json or os.
-_dumps, _loads, _JSONEncoder = json.dumps, json.loads, json.JSONEncoder
 _write, _close, _getpid = os.write, os.close, os.getpid
 _exit = os._exit
+_JSON_SPACE = " \t\n\r"  # json's WHITESPACE
+
+
+def _json():
+    """The json module, for the rare paths (errors); imported on first use."""
+    import json
+
+    return json
+
+
+class _DecoderSettings:
+    """What json.JSONDecoder() hands its C scanner (json.loads' defaults)."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_scan = _c_make_scanner(_DecoderSettings()) if _c_make_scanner else None
+
+
+def _loads(raw):
+    """json.loads(raw) for a request, which starts with '{"' (so json would
+    decode it as UTF-8); anything else, and every error, is json's."""
+    if _scan is not None and raw[:2] == b'{"':
+        try:
+            text = raw.decode("utf-8", "surrogatepass")
+            value, end = _scan(text, 0)
+            if not text[end:].strip(_JSON_SPACE):
+                return value
+        except Exception:
+            # json.loads says what is wrong. (The scanner alone cannot: in
+            # 3.11 it raises SystemError until json.decoder is imported.)
+            pass
+    return _json().loads(raw)
+
+
+def _not_serializable(o):
+    """json.JSONEncoder.default: the same TypeError, word for word."""
+    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")
+
+
+def _dumps(value, ensure_ascii, allow_nan=True):
+    """json.dumps(value, ensure_ascii=..., allow_nan=...) for a dict."""
+    if _c_make_encoder is None or ensure_ascii:
+        return _json().dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    # The arguments json.JSONEncoder.iterencode passes for these settings.
+    encode = _c_make_encoder({}, _not_serializable, _c_encode_str, None, ": ", ", ", False, False, allow_nan)
+    chunks = encode(value, 0)
+    return "".join(chunks)
 
 
 class Args:
@@ -178,7 +241,7 @@ def _name_nan(result):
     """json's C encoder (3.11) does not say which float was out of range;
     its pure-Python encoder (iterencode without _one_shot) does: "...: nan"."""
     try:
-        for _ in _JSONEncoder(ensure_ascii=False, allow_nan=False).iterencode(result):
+        for _ in _json().JSONEncoder(ensure_ascii=False, allow_nan=False).iterencode(result):
             pass
     except ValueError as e:
         if str(e).startswith(NAN_MESSAGE + ": "):
