@@ -177,20 +177,32 @@ void send_report(int fd, InitReport report) noexcept {
     }
     for (;;) {
       int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      pid_t pid = ::waitpid(-1, &status, WNOHANG | __WALL);
       if (pid <= 0) break;
       if (pid != workload) continue;
+      // Once PID 1 is alone no process can appear (only PID 1 could start
+      // one): the supervisor may answer without waiting for PID 1 to go.
+      const int32_t alone = only_process_left() ? 1 : 0;
       if (WIFSIGNALED(status)) {
-        send_report(report_fd, {InitReport::kSignaled, WTERMSIG(status)});
+        send_report(report_fd, {InitReport::kSignaled, WTERMSIG(status), alone});
         ::_exit(128 + WTERMSIG(status));
       }
-      send_report(report_fd, {InitReport::kExited, WEXITSTATUS(status)});
+      send_report(report_fd, {InitReport::kExited, WEXITSTATUS(status), alone});
       ::_exit(WEXITSTATUS(status));
     }
   }
 }
 
 }  // namespace
+
+bool only_process_left() noexcept {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG | __WALL);
+    if (pid > 0) continue;  // an orphan that had already exited: reaped
+    return pid < 0 && errno == ECHILD;
+  }
+}
 
 void run_sandbox_child(const ChildConfig& c) noexcept {
   char go = 0;

@@ -148,6 +148,7 @@ struct Observation {
   bool cpu_time_exceeded = false;
   bool cpu_time_unreadable = false;  // the cgroup's CPU counter failed mid-run: stopped, fail closed
   bool cancelled = false;
+  bool ended_with_report = false;  // the workload ended with PID 1 alone: supervise() did not wait for PID 1
   int init_status = 0;
   rusage usage{};
   std::map<std::string, uint64_t> denied;  // syscalls the filter refused, by name
@@ -173,6 +174,10 @@ struct Watch {
   UniqueFd listener;     // then: denied calls to answer and record
   UniqueFd proxy_sock;   // PID 1 sends the egress proxy's listening socket here
   EgressProxy* proxy = nullptr;
+  // The run may end at PID 1's report when PID 1 was left alone, without
+  // waiting for PID 1 and the namespaces to go: the cgroup, not PID 1's
+  // rusage, then gives the CPU time.
+  bool may_end_with_report = false;
 };
 
 // Distinct names recorded per run: a workload cycling through syscall
@@ -352,6 +357,17 @@ Observation supervise(Watch w) {
       obs.init_status = w.proc.reap(&obs.usage);
       init_running = false;
       drain_deadline = Clock::now() + std::chrono::seconds(1);
+    }
+    // The workload has ended, its output is all read and no other process
+    // of the run exists (PID 1 checked): nothing of it can write, fork or
+    // connect any more. Tearing down PID 1 and the namespaces (a few ms)
+    // happens after the answer.
+    const bool stopping = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled ||
+                          !obs.foreign_abi_call.empty();
+    if (init_running && w.may_end_with_report && !stopping && obs.report && obs.report->alone == 1 &&
+        !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
+      obs.ended_with_report = true;
+      break;
     }
   }
   return obs;
@@ -822,10 +838,14 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
                 .notify_sock = std::move(st.notify_recv),
                 .listener = UniqueFd(),
                 .proxy_sock = std::move(st.proxy_recv),
-                .proxy = st.proxy.get()};
+                .proxy = st.proxy.get(),
+                .may_end_with_report = cgroup && cgroup->counts_cpu_time()};
     if (!watch.stdin_data) watch.stdin_fd.reset();
     if (wall_time.count() > 0) watch.deadline = start + wall_time;
     Observation obs = supervise(std::move(watch));
+    // Only PID 1 is left: it is killed now and reaped when the PreparedRun
+    // goes, which takes the namespaces with it.
+    if (obs.ended_with_report) st.proc->kill();
     if (st.proxy) {
       st.proxy->stop();  // every process of the run is gone: no connection is wanted any more
       result.network = st.proxy->report();
@@ -844,7 +864,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
       result.fd3_truncated = st.fd3->truncated();
     }
     if (cgroup) {
-      cgroup->kill_all();
+      if (!obs.ended_with_report) cgroup->kill_all();
       CgroupUsage usage = cgroup->usage();
       if (usage.cpu_ms >= 0) usage.cpu_ms = std::max<int64_t>(usage.cpu_ms - cpu_baseline, 0);
       apply_cgroup_usage(usage, result);

@@ -285,8 +285,9 @@ void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl)
       result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
       result["pool"] = "warm";
     }
-    // Every process of the run is gone; removing its cgroup and workspace
-    // need not delay the answer.
+    // Every process of the run is gone; reaping PID 1 (which takes the
+    // namespaces with it) and removing the cgroup and the workspace need
+    // not delay the answer.
     send_result(job_fd, result);
     ::close(job_fd);
     job_fd = -1;

@@ -57,6 +57,12 @@ struct ChildConfig {
 // Exit code of a child that failed during setup (after reporting why).
 constexpr int kSetupFailedExit = 125;
 
+// For a pid namespace's PID 1: whether it is the namespace's last process.
+// Every other process descends from it (orphans are reparented to it), so
+// no child left after reaping the exited ones (which this does) means none
+// is left. Children of any exit signal count. Async-signal-safe.
+bool only_process_left() noexcept;
+
 // Entry of the cloned child: builds the sandbox, becomes its PID 1 and runs the
 // workload as a child of it. Never returns.
 [[noreturn]] void run_sandbox_child(const ChildConfig& config) noexcept;

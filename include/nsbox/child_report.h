@@ -18,6 +18,9 @@ struct InitReport {
   enum Kind : int32_t { kExited = 1, kSignaled = 2 };
   int32_t kind;
   int32_t value;  // exit code or signal number
+  // 1: PID 1 was the last process of the pid namespace when the workload
+  // ended, so the run is over before PID 1 (and the namespaces) are gone.
+  int32_t alone;
 };
 
 // Writes a ChildFailure to fd. Async-signal-safe: no allocation, no locale.
