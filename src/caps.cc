@@ -2,6 +2,8 @@
 
 #include <linux/securebits.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -38,7 +40,11 @@ int CapabilityDrop::drop_bounding_and_lock(const char** step) const noexcept {
 }
 
 int CapabilityDrop::clear_process_sets(const char** step) const noexcept {
-  if (cap_set_proc(empty_) != 0) {
+  // The raw call, with the sets on the stack: no libcap state or lock is
+  // touched, so the workload can make it while it shares PID 1's memory.
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) {
     *step = "clear capabilities";
     return errno;
   }

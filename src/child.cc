@@ -130,8 +130,10 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   const char* name = nullptr;
   if (int err = apply_rlimits(c.rlimits, c.rlimit_count, &name)) fail(c, "setrlimit", name, err);
   if (::chdir(c.cwd) != 0) fail(c, "chdir", c.cwd, errno);
-  if (::setresgid(c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
-  if (::setresuid(c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
+  // Raw calls: glibc's wrappers would run its multi-thread set-id protocol
+  // (locks and state in memory this process shares with PID 1).
+  if (::syscall(SYS_setresgid, c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
+  if (::syscall(SYS_setresuid, c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
   const char* step = nullptr;
   if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "workload", err);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
@@ -178,6 +180,8 @@ int workload_entry(void* config) { become_workload(*static_cast<const ChildConfi
 // descriptors, signal handlers, credentials, seccomp filter and working
 // directory are its own (no CLONE_FILES, CLONE_SIGHAND, CLONE_FS). The stack
 // is never unmapped: PID 1 does not live long, and its pages are few.
+// What the workload still writes in the shared memory is errno (PID 1's
+// thread-local one), which PID 1 reads only after a failed call of its own.
 pid_t start_workload(const ChildConfig& c) noexcept {
   if (!kWorkloadSharesMemory) {
     pid_t pid = static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0));
@@ -263,8 +267,8 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // Become the sandbox user first: files created while building /dev need an
   // owner mapped in this user namespace. The capabilities held in it stay
   // (uid 0 is not mapped here, so no setuid fixup applies, and it is locked off).
-  if (::setresgid(c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
-  if (::setresuid(c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
+  if (::syscall(SYS_setresgid, c.gid, c.gid, c.gid) != 0) fail(c, "setresgid", "sandbox group", errno);
+  if (::syscall(SYS_setresuid, c.uid, c.uid, c.uid) != 0) fail(c, "setresuid", "sandbox user", errno);
   // The supervisor's death kills PID 1 and with it the whole pid namespace.
   // Set only now: a credential change clears it. The supervisor holds the
   // sync pipe open for the whole run, so a hang-up means it died before this.
@@ -295,17 +299,19 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // Not dumpable from before the workload exists: its execve makes only the
   // workload dumpable again, and PID 1 is never open to it through /proc.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // PID 1 holds no privilege from here on: the workload starts without it
+  // too (its setup needs none: the ids are already the sandbox's).
+  if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "sandbox init", err);
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
   pid_t workload = start_workload(c);
   if (workload < 0) fail(c, "clone", "workload", errno);
 
-  // PID 1 keeps nothing of the workload's plumbing and no privilege. It runs
-  // as the same user as the workload (to forward signals) but is not
-  // dumpable, so the workload cannot read or steer it through /proc.
+  // PID 1 keeps nothing of the workload's plumbing. It runs as the same
+  // user as the workload (to forward signals) but is not dumpable, so the
+  // workload cannot read or steer it through /proc.
   for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd, c.result_fd, c.notify_sock}) {
     if (fd >= 0) ::close(fd);
   }
-  if (c.caps->clear_process_sets(&step) != 0) ::kill(workload, SIGKILL);
-  ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   run_init(workload, c.report_fd);
 }
 

@@ -361,11 +361,13 @@ Observation supervise(Watch w) {
     // The workload has ended, its output is all read and no other process
     // of the run exists (PID 1 checked): nothing of it can write, fork or
     // connect any more. Tearing down PID 1 and the namespaces (a few ms)
-    // happens after the answer.
+    // happens after the answer. The error pipe must be at end of file too
+    // (it is from the workload's execve on): a setup failure written just
+    // before the report is never left unread.
     const bool stopping = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled ||
                           !obs.foreign_abi_call.empty();
     if (init_running && w.may_end_with_report && !stopping && obs.report && obs.report->alone == 1 &&
-        !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
+        !w.error_fd && !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
       obs.ended_with_report = true;
       break;
     }
@@ -867,6 +869,8 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
       if (!obs.ended_with_report) cgroup->kill_all();
       CgroupUsage usage = cgroup->usage();
       if (usage.cpu_ms >= 0) usage.cpu_ms = std::max<int64_t>(usage.cpu_ms - cpu_baseline, 0);
+      if (usage.cpu_ms < 0 && obs.ended_with_report)  // PID 1's rusage was not waited for either
+        result.warnings.push_back("cpu_ms unknown: the cgroup's CPU counter could not be read at the end of the run");
       apply_cgroup_usage(usage, result);
     }
     note_limits_hit(obs, result);

@@ -17,7 +17,8 @@ class CapabilityDrop {
   // sandbox can never regain privilege through execve or setuid. Needs
   // CAP_SETPCAP (held in the fresh user namespace). Returns 0 or errno.
   int drop_bounding_and_lock(const char** step) const noexcept;
-  // Clears effective, permitted and inheritable. Returns 0 or errno.
+  // Clears effective, permitted and inheritable (and so ambient) with a raw
+  // capset: it writes no memory but its own stack. Returns 0 or errno.
   int clear_process_sets(const char** step) const noexcept;
 
  private:

@@ -35,7 +35,7 @@ ElfFacts inspect(const std::string& path) {
       eh.e_ident[EI_CLASS] != ELFCLASS64)
     return facts;
   facts.read = true;
-  facts.pie = eh.e_type == ET_DYN;
+  const bool shared_object = eh.e_type == ET_DYN;  // PIE executables and libraries; DF_1_PIE tells them apart
   for (uint16_t i = 0; i < eh.e_phnum; ++i) {
     Elf64_Phdr ph{};
     if (!read_at(file, eh.e_phoff + uint64_t{i} * eh.e_phentsize, ph)) return ElfFacts{};
@@ -47,6 +47,7 @@ ElfFacts inspect(const std::string& path) {
       if (dyn.d_tag == DT_BIND_NOW || (dyn.d_tag == DT_FLAGS && (dyn.d_un.d_val & DF_BIND_NOW)) ||
           (dyn.d_tag == DT_FLAGS_1 && (dyn.d_un.d_val & DF_1_NOW)))
         facts.bind_now = true;
+      if (dyn.d_tag == DT_FLAGS_1 && (dyn.d_un.d_val & DF_1_PIE) && shared_object) facts.pie = true;
     }
   }
   return facts;

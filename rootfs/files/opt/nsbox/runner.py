@@ -19,10 +19,11 @@ import sys
 
 try:
     from _json import encode_basestring as _c_encode_str
+    from _json import encode_basestring_ascii as _c_encode_str_ascii
     from _json import make_encoder as _c_make_encoder
     from _json import make_scanner as _c_make_scanner
 except ImportError:  # a Python without the accelerator: json does it all
-    _c_make_scanner = _c_make_encoder = _c_encode_str = None
+    _c_make_scanner = _c_make_encoder = _c_encode_str = _c_encode_str_ascii = None
 
 RESULT_FD = 3
 USER_FILE = "<user_code>"  # the file name in tracebacks, as the platform's
@@ -33,6 +34,7 @@ EX_SOFTWARE = 70  # no result could be delivered
 # Captured now: user code shares sys.modules and could patch json or os.
 _write, _close, _getpid = os.write, os.close, os.getpid
 _exit = os._exit
+_modules, _Module = sys.modules, type(sys)
 _JSON_SPACE = " \t\n\r"  # json's WHITESPACE
 
 
@@ -79,13 +81,24 @@ def _not_serializable(o):
 
 
 def _dumps(value, ensure_ascii, allow_nan=True):
-    """json.dumps(value, ensure_ascii=..., allow_nan=...) for a dict."""
-    if _c_make_encoder is None or ensure_ascii:
+    """json.dumps(value, ensure_ascii=..., allow_nan=...) for a dict, as
+    json.dumps would encode it at this moment."""
+    json = _modules.get("json")
+    if type(json) is _Module:
+        # User code imported json: encode the way json.dumps does, with the
+        # module's encoder as it is now, so that a patched JSONEncoder (the
+        # usual idiom for custom types) is honoured. json.dumps itself need
+        # not be intact.
+        if ensure_ascii and allow_nan:
+            return json._default_encoder.encode(value)
+        return json.JSONEncoder(ensure_ascii=ensure_ascii, allow_nan=allow_nan).encode(value)
+    if _c_make_encoder is None:
         return _json().dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
-    # The arguments json.JSONEncoder.iterencode passes for these settings.
-    encode = _c_make_encoder({}, _not_serializable, _c_encode_str, None, ": ", ", ", False, False, allow_nan)
-    chunks = encode(value, 0)
-    return "".join(chunks)
+    # The arguments json.JSONEncoder.iterencode gives the C encoder for these
+    # settings.
+    encode_str = _c_encode_str_ascii if ensure_ascii else _c_encode_str
+    encode = _c_make_encoder({}, _not_serializable, encode_str, None, ": ", ", ", False, False, allow_nan)
+    return "".join(encode(value, 0))
 
 
 class Args:
