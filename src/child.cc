@@ -292,6 +292,10 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   }
   if (n != 1) ::_exit(kSetupFailedExit);
   ::close(c.sync_fd);
+  // A cgroup namespace rooted at the run's cgroup: on cgroup v1 PID 1 was
+  // cloned (with the first one) before it was moved in, and /proc/self/cgroup
+  // would show the host's path of the run's cgroup.
+  if (::unshare(CLONE_NEWCGROUP) != 0) fail(c, "unshare", "cgroup namespace", errno);
 
   sigset_t all;
   sigfillset(&all);
