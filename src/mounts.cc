@@ -153,6 +153,23 @@ void MountPlan::finalize() {
   }
 }
 
+Masks masks_for(const RunSpec& spec) {
+  Masks out;
+  out.dirs.assign(std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
+  out.files.assign(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
+  for (const auto& m : spec.masks) {
+    if (std::find(out.dirs.begin(), out.dirs.end(), m) != out.dirs.end() ||
+        std::find(out.files.begin(), out.files.end(), m) != out.files.end())
+      continue;
+    // /proc inside is a fresh proc of the same kernel: the host's tells its shape.
+    std::string host = m.rfind("/proc/", 0) == 0 ? m : spec.rootfs + m;
+    struct stat st {};
+    bool is_dir = ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    (is_dir ? out.dirs : out.files).push_back(m);
+  }
+  return out;
+}
+
 MountPlan MountPlan::for_spec(const RunSpec& spec) {
   MountPlan plan;
   plan.new_root_ = spec.rootfs;
@@ -252,17 +269,16 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
 
   // Masks: files behind /dev/null (not nodev: it must open), directories
   // behind an empty read-only tmpfs. A mask of a missing path is a no-op.
-  std::vector<std::string> dir_masks(std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
-  std::vector<std::string> file_masks(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
-  for (const auto& m : spec.masks) {
-    if (std::find(dir_masks.begin(), dir_masks.end(), m) != dir_masks.end() ||
-        std::find(file_masks.begin(), file_masks.end(), m) != file_masks.end())
-      continue;
-    // /proc inside is a fresh proc of the same kernel: the host's tells its shape.
-    std::string host = m.rfind("/proc/", 0) == 0 ? m : spec.rootfs + m;
-    struct stat st {};
-    bool is_dir = ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-    (is_dir ? dir_masks : file_masks).push_back(m);
+  // Without masks on /proc, a fork server's run can mount a /proc of its
+  // own (the kernel refuses a new proc where every proc is partly hidden);
+  // it masks that one itself, before any of its code runs.
+  Masks masks = masks_for(spec);
+  std::vector<std::string>& file_masks = masks.files;
+  std::vector<std::string>& dir_masks = masks.dirs;
+  if (!spec.mask_proc) {
+    auto in_proc = [](const std::string& m) { return m.rfind("/proc/", 0) == 0; };
+    file_masks.erase(std::remove_if(file_masks.begin(), file_masks.end(), in_proc), file_masks.end());
+    dir_masks.erase(std::remove_if(dir_masks.begin(), dir_masks.end(), in_proc), dir_masks.end());
   }
   for (const auto& m : file_masks) {
     plan.add({.kind = MountKind::kBind, .source = spec.rootfs + "/dev/null", .target = m,

@@ -428,6 +428,7 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
       e.profile_yaml = t.profile_yaml;
       e.language = language;
       e.size = c.pool_size;
+      e.fork_server = t.profile.fork_server && language == Language::kPython;
       out.push_back(std::move(e));
     }
   }

@@ -1,6 +1,7 @@
 #include "nsbox/pool.h"
 
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,7 +31,8 @@ json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {
                             {"profile_name", e.profile_name},
                             {"profile_yaml", e.profile_yaml},
                             {"language", to_string(e.language)},
-                            {"size", e.size}});
+                            {"size", e.size},
+                            {"fork_server", e.fork_server}});
   }
   return j;
 }
@@ -47,6 +49,9 @@ std::vector<PoolEntry> pool_entries_from_json(const json& j, uint64_t& memory_bu
     if (!language) throw UsageError("pool entry: unknown language");
     entry.language = *language;
     entry.size = e.at("size").get<uint32_t>();
+    entry.fork_server = e.value("fork_server", false);
+    if (entry.fork_server && entry.language != Language::kPython)
+      throw UsageError("pool entry: a fork server runs Python only");
     out.push_back(std::move(entry));
   }
   return out;
@@ -62,6 +67,13 @@ void WarmPool::configure(std::vector<PoolEntry> entries, uint64_t memory_budget)
   }
   for (auto& [key, k] : keys_) {
     auto it = next.find(key);
+    if (it != next.end() && it->second.entry.fork_server) {
+      it->second.keeper = std::move(k.keeper);
+      it->second.fork_server = std::move(k.fork_server);
+    } else if (k.keeper.pid > 0) {
+      k.keeper.ready = false;  // not a warm sandbox: not counted as retired
+      retire(k.keeper);
+    }
     for (auto& w : k.workers) {
       // Kept while the new config still wants this many of the same key.
       if (it != next.end() && it->second.workers.size() < it->second.entry.size) {
@@ -77,6 +89,11 @@ void WarmPool::configure(std::vector<PoolEntry> entries, uint64_t memory_budget)
 
 bool WarmPool::pooled(const std::string& key) const { return keys_.count(key) > 0; }
 
+int WarmPool::fork_server_for(const std::string& key) const {
+  auto it = keys_.find(key);
+  return it != keys_.end() && it->second.fork_server ? it->second.fork_server.get() : -1;
+}
+
 void WarmPool::retire(Worker& w) {
   // Closing its control socket tells the worker to tear its sandbox down
   // (it also does when it is still starting, as soon as it is ready).
@@ -88,14 +105,28 @@ void WarmPool::retire(Worker& w) {
 void WarmPool::add_pollfds(std::vector<pollfd>& fds) const {
   // Starting workers say when they are ready; ready ones only ever close
   // (their sandbox died while waiting).
-  for (const auto& [key, k] : keys_)
+  for (const auto& [key, k] : keys_) {
     for (const auto& w : k.workers) fds.push_back({w.ctl.get(), POLLIN, 0});
+    if (k.keeper.ctl) fds.push_back({k.keeper.ctl.get(), POLLIN, 0});
+  }
 }
 
 void WarmPool::on_events(const std::vector<pollfd>& fds) {
   for (const auto& p : fds) {
     if (!p.revents) continue;
     for (auto& [key, k] : keys_) {
+      if (k.keeper.ctl && k.keeper.ctl.get() == p.fd) {
+        PoolReady ready;
+        ssize_t n = ::recv(p.fd, &ready, sizeof ready, MSG_DONTWAIT);
+        if (n == static_cast<ssize_t>(sizeof ready) && ready.tag == 'R') {
+          k.keeper.ready = true;
+          k.keeper.memory_bytes = ready.memory_bytes;
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+          k.keeper.ctl.reset();  // it is ending; reaped by the spawner, restarted by refill
+          k.fork_server.reset();
+        }
+        break;
+      }
       for (auto it = k.workers.begin(); it != k.workers.end(); ++it) {
         if (it->ctl.get() != p.fd) continue;
         PoolReady ready;
@@ -144,6 +175,7 @@ void WarmPool::refill(std::vector<pid_t>& children) {
     while (k.workers.size() < k.entry.size) {
       uint64_t held = 0, known = 0, count = 0;
       for (const auto& [_, other] : keys_) {
+        held += other.keeper.memory_bytes;  // the fork server counts against the budget too
         for (const auto& w : other.workers) {
           held += w.memory_bytes;
           if (&other == &k && w.ready) {
@@ -155,6 +187,7 @@ void WarmPool::refill(std::vector<pid_t>& children) {
       // Start another only if one more of this key's typical size fits.
       const uint64_t expected = count ? known / count : 0;
       if (memory_budget_ && held + expected > memory_budget_) break;
+      if (k.entry.fork_server && !k.fork_server && !start_keeper(k, children)) break;
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
       UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -162,8 +195,9 @@ void WarmPool::refill(std::vector<pid_t>& children) {
       if (pid < 0) return;
       if (pid == 0) {
         mine.reset();
+        UniqueFd fork_server(k.fork_server ? ::fcntl(k.fork_server.get(), F_DUPFD_CLOEXEC, 0) : -1);
         close_in_child();
-        worker_main_(k.entry, theirs.get());
+        worker_main_(k.entry, theirs.get(), fork_server.get());
         ::_exit(0);
       }
       children.push_back(pid);
@@ -177,7 +211,39 @@ void WarmPool::refill(std::vector<pid_t>& children) {
   update_gauges();
 }
 
+bool WarmPool::start_keeper(Key& k, std::vector<pid_t>& children) {
+  if (!keeper_main_ || k.keeper.pid > 0) return false;  // none, or the last one is still ending
+  int ctl[2], requests[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) return false;
+  UniqueFd ctl_mine(ctl[0]), ctl_theirs(ctl[1]);
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, requests) != 0) return false;
+  UniqueFd requests_mine(requests[0]), requests_theirs(requests[1]);
+  pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ctl_mine.reset();
+    requests_mine.reset();
+    close_in_child();
+    keeper_main_(k.entry, ctl_theirs.get(), requests_theirs.get());
+    ::_exit(0);
+  }
+  children.push_back(pid);
+  k.keeper = Worker{};
+  k.keeper.pid = pid;
+  k.keeper.ctl = std::move(ctl_mine);
+  k.keeper.started = Clock::now();
+  // Requests queue in the socket until the fork server reads them.
+  k.fork_server = std::move(requests_mine);
+  return true;
+}
+
 void WarmPool::forget(pid_t pid) {
+  for (auto& [key, k] : keys_) {
+    if (k.keeper.pid == pid) {
+      k.keeper = Worker{};
+      k.fork_server.reset();
+    }
+  }
   for (auto& [key, k] : keys_)
     k.workers.erase(std::remove_if(k.workers.begin(), k.workers.end(), [&](const Worker& w) { return w.pid == pid; }),
                     k.workers.end());
@@ -187,15 +253,24 @@ void WarmPool::forget(pid_t pid) {
 }
 
 void WarmPool::retire_all() {
-  for (auto& [key, k] : keys_)
+  for (auto& [key, k] : keys_) {
     for (auto& w : k.workers) retire(w);
+    if (k.keeper.pid > 0) {
+      k.keeper.ready = false;
+      retire(k.keeper);
+    }
+    k.fork_server.reset();
+  }
   keys_.clear();
   update_gauges();
 }
 
 void WarmPool::close_in_child() {
-  for (auto& [key, k] : keys_)
+  for (auto& [key, k] : keys_) {
     for (auto& w : k.workers) w.ctl.reset();
+    k.keeper.ctl.reset();
+    k.fork_server.reset();
+  }
   for (auto& w : retiring_) w.ctl.reset();
 }
 

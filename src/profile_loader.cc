@@ -61,7 +61,7 @@ const std::vector<std::string> kDefaultMask = {"/proc/kcore", "/proc/sysrq-trigg
 // key errors, profile_schema_keys() and the docs test all read it.
 const profile_yaml::Schema& schema() {
   static const profile_yaml::Schema sections = {
-      {"", {"name", "extends", "limits", "filesystem", "env", "seccomp", "network", "user"}},
+      {"", {"name", "extends", "limits", "filesystem", "env", "seccomp", "network", "user", "fork_server"}},
       {"limits",
        {"wall_time", "cpu_time", "memory", "pids", "cpus", "tmpfs", "stdout", "stderr",
         "open_files", "file_size", "enforcement"}},
@@ -100,6 +100,7 @@ struct Draft {
   std::vector<Origin> tmpfs_origins;  // parallel to p.tmpfs
   std::vector<bool> tmpfs_sized;      // parallel to p.tmpfs: size written
   std::optional<Origin> workspace_origin;
+  std::optional<Origin> fork_server_origin;
 };
 
 struct ParsedFile {
@@ -447,6 +448,11 @@ void apply_layer(const ParsedFile& layer, Draft& d) {
                              {"seccomp", [&](const Field& v) { apply_seccomp(v, d); }},
                              {"network", [&](const Field& v) { apply_network(v, d); }},
                              {"user", [&](const Field& v) { apply_user(v, d); }},
+                             {"fork_server",
+                              [&](const Field& v) {
+                                d.p.fork_server = v.boolean();
+                                d.fork_server_origin = Origin{v.file(), v.mark(), v.path()};
+                              }},
                          });
 }
 
@@ -473,6 +479,15 @@ void apply_mask_defaults(Draft& d) {
 }
 
 // Two things mounted on the same place inside: the later hides the earlier.
+// The fork server forks Python runs of the warm pool; what it cannot give
+// a run is refused here rather than at the first run.
+void check_fork_server(const Draft& d) {
+  if (!d.p.fork_server) return;
+  if (d.p.network == NetworkMode::kEgress)
+    d.fork_server_origin->fail("cannot be combined with network mode egress: the egress proxy is per sandbox, "
+                               "and the fork server's runs share none");
+}
+
 void check_collisions(const Draft& d) {
   const auto& ws = d.p.workspace;
   for (size_t i = 0; i < d.p.mounts.size(); ++i) {
@@ -552,6 +567,7 @@ Profile resolve(ParsedFile top, const ProfileSearch& search) {
   apply_tmpfs_defaults(d);
   apply_mask_defaults(d);
   check_collisions(d);
+  check_fork_server(d);
   d.p.source_file = chain.front().file;
   for (size_t i = 1; i < chain.size(); ++i) d.p.inheritance.push_back(chain[i].name);
   return std::move(d.p);
@@ -741,6 +757,7 @@ std::string to_yaml(const Profile& p) {
   emit_env(out, p.env);
   emit_seccomp(out, p);
   emit_network(out, p);
+  if (p.fork_server) out << YAML::Key << "fork_server" << YAML::Value << true;
   out << YAML::Key << "user" << YAML::Value << YAML::BeginMap << YAML::Key << "uid" << YAML::Value
       << p.uid << YAML::Key << "gid" << YAML::Value << p.gid << YAML::EndMap;
   out << YAML::EndMap;

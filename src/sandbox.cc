@@ -30,6 +30,7 @@
 #include "nsbox/egress.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
+#include "nsbox/fork_server.h"
 #include "nsbox/io.h"
 #include "nsbox/mounts.h"
 #include "nsbox/rlimits.h"
@@ -55,20 +56,24 @@ class CStringArray {
   std::vector<char*> ptrs_;
 };
 
-// The cloned PID 1 of a sandbox. Killed and reaped on destruction unless the
-// supervisor already reaped it, so no error path leaves a sandbox behind.
+// The PID 1 of a sandbox: cloned by this process, or forked by a fork
+// server (not this process's child: its parent reaps it). Killed, and reaped
+// when it is a child, on destruction unless the supervisor already reaped
+// it, so no error path leaves a sandbox behind.
 class SandboxProcess {
  public:
-  SandboxProcess(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  SandboxProcess(pid_t pid, UniqueFd pidfd, bool child = true)
+      : pid_(pid), pidfd_(std::move(pidfd)), child_(child) {}
   SandboxProcess(const SandboxProcess&) = delete;
   SandboxProcess& operator=(const SandboxProcess&) = delete;
   SandboxProcess(SandboxProcess&& other) noexcept
-      : pid_(other.pid_), pidfd_(std::move(other.pidfd_)), reaped_(std::exchange(other.reaped_, true)) {}
+      : pid_(other.pid_), pidfd_(std::move(other.pidfd_)), child_(other.child_),
+        reaped_(std::exchange(other.reaped_, true)) {}
   ~SandboxProcess() {
     if (reaped_) return;
     kill();
     int status;
-    while (::waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+    while (child_ && ::waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
     }
   }
 
@@ -78,8 +83,15 @@ class SandboxProcess {
   void kill() const { ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0); }
   // Reaps PID 1; returns its wait status and fills its rusage (which includes
   // every descendant it reaped).
+  // A forked PID 1 has no status or rusage here: it reports the workload's
+  // end itself (a PID 1 that ended without a report was killed), and the
+  // cgroup counts the run's CPU time.
   int reap(rusage* usage) {
     int status = 0;
+    if (!child_) {
+      reaped_ = true;
+      return SIGKILL;  // the wait status of a SIGKILL
+    }
     while (::wait4(pid_, &status, __WALL, usage) < 0) {
       if (errno != EINTR) throw SysError("wait4", "sandbox init", errno);
     }
@@ -90,6 +102,7 @@ class SandboxProcess {
  private:
   pid_t pid_;
   UniqueFd pidfd_;
+  bool child_ = true;
   bool reaped_ = false;
 };
 
@@ -513,6 +526,12 @@ std::string best_effort_note(const std::string& controller) {
 
 const SeccompProgram& Launcher::seccomp_for(const SeccompChoice& choice) const {
   if (choice.kind == SeccompChoice::kDefault) return seccomp_;
+  if (choice.kind == SeccompChoice::kForkServer) {
+    auto it = extra_seccomp_.find("fork-server");
+    if (it == extra_seccomp_.end())
+      it = extra_seccomp_.emplace("fork-server", SeccompProgram::fork_server_policy()).first;
+    return it->second;
+  }
   std::string key = choice.kind == SeccompChoice::kStrict ? "strict" : "allow:";
   if (choice.kind == SeccompChoice::kAllowList)
     for (const auto& name : choice.allow) key += name + ",";
@@ -575,12 +594,14 @@ struct PreparedRun::State {
   Result result;                       // warnings so far; the whole Result when prepare failed
   bool failed = false;
   std::optional<Workspace> workspace;
+  UniqueFd workspace_dir;              // a forked run's workspace (a tmpfs inside the run)
   std::unique_ptr<RunCgroup> cgroup;
   bool cpu_time_by_cgroup = false;     // else RLIMIT_CPU stands in (best-effort)
   bool cpu_weight_lowered = false;     // by prepare's start_cpu_weight; finish() restores it
   std::unique_ptr<EgressProxy> proxy;
   Pipe sync;                           // the write end stays open for the whole run
   UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
+  UniqueFd listener;                   // a forked run's seccomp listener, received in prepare
   std::optional<OutputCapture> out, err, fd3;
   std::optional<SandboxProcess> proc;
   bool finished = false;
@@ -590,6 +611,7 @@ PreparedRun::PreparedRun(std::unique_ptr<State> state) : state_(std::move(state)
 PreparedRun::~PreparedRun() = default;
 
 int PreparedRun::pidfd() const { return state_->proc ? state_->proc->pidfd() : -1; }
+pid_t PreparedRun::pid() const { return state_->proc ? state_->proc->pid() : -1; }
 namespace {
 
 // The first child of pid (the workload, for a sandbox's PID 1), or 0.
@@ -646,6 +668,23 @@ bool lower_start_weight(RunCgroup* cgroup, std::optional<uint32_t> weight) {
   } catch (const SysError&) {
     return false;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A sandbox that could not be built: its Result says why (keeping the
+// warnings so far), and finish() returns it.
+void fail_preparation(PreparedRun::State& st, const SysError& e) {
+  std::vector<std::string> warnings = std::move(st.result.warnings);
+  st.proc.reset();  // kill (and reap) it before anything it uses goes
+  st.result = Result{};
+  st.result.warnings = std::move(warnings);
+  st.result.status = RunStatus::kSetupError;
+  st.result.error = e.what();
+  st.result.exit_code = kSetupFailedExit;
+  st.failed = true;
 }
 
 }  // namespace
@@ -717,6 +756,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     }
     if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
+    if (!fd3_pipe && spec.fd3_socket >= 0) keep.push_back(spec.fd3_socket);
     std::sort(keep.begin(), keep.end());
 
     const SeccompProgram& program = seccomp_for(spec.seccomp);
@@ -727,7 +767,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
         .stdin_fd = out_pipe ? stdin_source.get() : -1,
         .stdout_fd = out_pipe ? out_pipe->write.get() : -1,
         .stderr_fd = err_pipe ? err_pipe->write.get() : -1,
-        .result_fd = fd3_pipe ? fd3_pipe->write.get() : -1,
+        .result_fd = fd3_pipe ? fd3_pipe->write.get() : spec.fd3_socket,
         .keep_fds = keep.data(),
         .keep_fd_count = keep.size(),
         .mounts = plan.raw().data(),
@@ -788,14 +828,156 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     if (::write(sync.write.get(), "c", 1) != 1 && errno != EPIPE)
       throw SysError("write", "sandbox sync pipe", errno);
   } catch (const SysError& e) {
-    std::vector<std::string> warnings = std::move(result.warnings);
-    st->proc.reset();  // kill and reap it before anything it uses goes
-    result = Result{};
-    result.warnings = std::move(warnings);
-    result.status = RunStatus::kSetupError;
-    result.error = e.what();
-    result.exit_code = kSetupFailedExit;
-    st->failed = true;
+    fail_preparation(*st, e);
+  }
+  return std::unique_ptr<PreparedRun>(new PreparedRun(std::move(st)));
+}
+
+namespace {
+
+// How long a fork server may take to answer each step of a fork.
+constexpr int kForkStepTimeoutMs = 10000;
+
+// Sends a fork request: text and fds in one message (SCM_RIGHTS).
+void send_fork_request(int sock, const std::string& text, const int (&fds)[kForkRequestFds]) {
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kForkRequestFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * kForkRequestFds);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * kForkRequestFds);
+  while (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+    if (errno != EINTR) throw SysError("send fork request", "fork server", errno);
+  }
+}
+
+// The setup failure a forked run's child reported, if any.
+std::optional<ChildFailure> reported_failure(int error_fd) {
+  pollfd p{error_fd, POLLIN, 0};
+  ChildFailure failure{};
+  if (::poll(&p, 1, 0) > 0 && read_full(error_fd, &failure, sizeof failure) == sizeof failure) return failure;
+  return std::nullopt;
+}
+
+// Waits for the one-byte message `tag` on the run socket and returns the
+// sender's pid in this process's pid namespace (the kernel translates the
+// credentials), and the fd it carried in *fd when fd is given. A child that
+// failed is reported with its own words.
+pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, UniqueFd* fd = nullptr) {
+  pollfd p{sock, POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&p, 1, kForkStepTimeoutMs)) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || byte != tag) {
+    if (auto failure = reported_failure(error_fd))
+      throw SysError(failure->step, failure->object, failure->err);
+    throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
+  }
+  pid_t pid = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+      ucred cred{};
+      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
+      pid = cred.pid;
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c), sizeof received);
+      fd->reset(received);
+    }
+  }
+  if (fd && !*fd) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
+  if (pid > 0) return pid;
+  throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int fork_server,
+                                                      std::optional<uint32_t> start_cpu_weight) const {
+  auto st = std::make_unique<PreparedRun::State>();
+  st->prepared_at = Clock::now();
+  Result& result = st->result;
+  try {
+    validate(input);
+    if (std::string why = fork_server_refusal(input); !why.empty()) throw SysError("fork server", why, ENOTSUP);
+    st->spec = input;
+    RunSpec& spec = st->spec;
+    std::set<std::string> unenforced;
+    st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
+    RunCgroup* cgroup = st->cgroup.get();
+    // The run's CPU time and its end come from its cgroup: PID 1 is not
+    // this process's child.
+    if (!cgroup || !cgroup->counts_cpu_time())
+      throw SysError("fork server", "a forked run needs a cgroup that measures CPU time, and this host gives none",
+                     ENOTSUP);
+    st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
+    auto rlimits = rlimits_for(spec.limits);
+    for (const auto& extra : standin_rlimits(spec.limits, unenforced, false)) rlimits.push_back(extra);
+
+    Pipe errors = Pipe::create();
+    Pipe reports = Pipe::create();
+    Pipe out_pipe = Pipe::create();
+    Pipe err_pipe = Pipe::create();
+    Pipe in_pipe = Pipe::create();
+    Pipe fd3_pipe = Pipe::create();
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
+      throw SysError("socketpair", "fork request", errno);
+    UniqueFd run_sock(pair[0]), theirs(pair[1]);
+    const int on = 1;
+    if (::setsockopt(run_sock.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
+      throw SysError("setsockopt", "SO_PASSCRED", errno);
+    const SeccompProgram& program = seccomp_for(spec.seccomp);
+    send_fork_request(fork_server, "F" + fork_request(spec, rlimits, program),
+                      {theirs.get(), in_pipe.read.get(), out_pipe.write.get(), err_pipe.write.get(),
+                       fd3_pipe.write.get(), errors.write.get(), reports.write.get()});
+    for (UniqueFd* fd : {&theirs, &in_pipe.read, &out_pipe.write, &err_pipe.write, &fd3_pipe.write, &errors.write,
+                         &reports.write})
+      fd->reset();
+    st->out.emplace(std::move(out_pipe.read), spec.limits.stdout_bytes);
+    st->err.emplace(std::move(err_pipe.read), spec.limits.stderr_bytes);
+    st->fd3.emplace(std::move(fd3_pipe.read), spec.result_bytes);
+    if (::fcntl(in_pipe.write.get(), F_SETFL, O_NONBLOCK) != 0) throw SysError("fcntl", "stdin pipe", errno);
+    st->stdin_write = std::move(in_pipe.write);
+
+    // The forked child waits, before it unshares anything, until it is in
+    // the run's cgroup: everything of the run is born in there.
+    const pid_t forked = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "forked child");
+    cgroup->add_process(forked);
+    if (::send(run_sock.get(), "c", 1, MSG_NOSIGNAL) != 1) throw SysError("send", "fork server child", errno);
+    const pid_t init = expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init");
+    long pidfd = ::syscall(SYS_pidfd_open, init, 0);
+    if (pidfd < 0) throw SysError("pidfd_open", "forked run init", errno);
+    st->proc.emplace(init, UniqueFd(static_cast<int>(pidfd)), false);
+    if (spec.workspace) {
+      // Opened now, before any of the run's code exists; read after the run.
+      const std::string path = "/proc/" + std::to_string(init) + "/root" + spec.workspace->inside_path;
+      st->workspace_dir.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!st->workspace_dir) throw SysError("open", "the forked run's workspace " + spec.workspace->inside_path, errno);
+    }
+    if (program.notifies()) expect_from_fork(run_sock.get(), 'L', errors.read.get(), "seccomp listener", &st->listener);
+    st->error_read = std::move(errors.read);
+    st->report_read = std::move(reports.read);
+  } catch (const SysError& e) {
+    fail_preparation(*st, e);
   }
   return std::unique_ptr<PreparedRun>(new PreparedRun(std::move(st)));
 }
@@ -838,7 +1020,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
                 .cpu_time = st.cpu_time_by_cgroup ? spec.limits.cpu_time : std::chrono::milliseconds(0),
                 .cpu_baseline_ms = cpu_baseline,
                 .notify_sock = std::move(st.notify_recv),
-                .listener = UniqueFd(),
+                .listener = std::move(st.listener),
                 .proxy_sock = std::move(st.proxy_recv),
                 .proxy = st.proxy.get(),
                 .may_end_with_report = cgroup && cgroup->counts_cpu_time()};
@@ -874,9 +1056,10 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
       apply_cgroup_usage(usage, result);
     }
     note_limits_hit(obs, result);
-    if (st.workspace) {
+    if (st.workspace || st.workspace_dir) {
       // Every process of the run is gone: nothing can change out/ any more.
-      ArtifactReport report = st.workspace->collect();
+      ArtifactReport report = st.workspace ? st.workspace->collect()
+                                           : collect_artifacts(*spec.workspace, st.workspace_dir.get());
       result.artifacts = std::move(report.artifacts);
       result.artifacts_refused = std::move(report.refused);
     }

@@ -170,31 +170,42 @@ void SeccompProgram::finish(void* ctx) {
   prog_.filter = filter_.data();
 }
 
-SeccompProgram SeccompProgram::default_policy() {
+SeccompProgram SeccompProgram::default_policy() { return deny_list({}, true); }
+
+SeccompProgram SeccompProgram::fork_server_policy() {
+  // What the fork server's child does to put a run into namespaces of its
+  // own (docs/SECURITY.md, "Fork server"). Without a listener, so that each
+  // run's filter, stacked on this one, can have its own.
+  return deny_list({"unshare", "mount", "sethostname"}, false);
+}
+
+SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, bool notifies) {
   SeccompProgram program;
   auto& rules = program.rules_;
-  program.notifies_ = true;
-  FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules, true);
+  program.notifies_ = notifies;
+  FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules, notifies);
+  auto action = [&](int err) { return notifies ? deny_action(err) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); };
 
   for (const auto& rule : kDenyRules) {
-    check(seccomp_rule_add(ctx.get(), deny_action(rule.err), resolve(rule.syscall), 0), rule.syscall);
+    if (allowed.count(rule.syscall)) continue;
+    check(seccomp_rule_add(ctx.get(), action(rule.err), resolve(rule.syscall), 0), rule.syscall);
     rules.push_back({rule.syscall, "", rule.err == EPERM ? "EPERM" : "ENOSYS", rule.reason});
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
-    check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("clone"), 1,
+    check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1,
                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);
     rules.push_back({"clone", std::string("flags has ") + name, "EPERM",
                      "nested namespaces are kernel attack surface"});
   }
   for (const auto& [request, name] : kDeniedIoctls) {
-    check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("ioctl"), 1,
+    check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("ioctl"), 1,
                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffu, request)),
           std::string("ioctl ") + name);
     rules.push_back({"ioctl", std::string("request is ") + name, "EPERM",
                      "injecting input into or steering a shared terminal"});
   }
-  check(seccomp_rule_add(ctx.get(), deny_action(EPERM), resolve("personality"), 1,
+  check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1,
                          SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
         "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", "EPERM",

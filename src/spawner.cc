@@ -1,5 +1,6 @@
 #include "nsbox/spawner.h"
 
+#include <fcntl.h>
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,8 +17,11 @@
 #include <fstream>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
+#include "nsbox/fork_server.h"
 #include "nsbox/io.h"
 #include "nsbox/pool.h"
 #include "nsbox/profile_apply.h"
@@ -224,12 +228,12 @@ void send_result(int job_fd, const json& result) {
 
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
-[[noreturn]] void worker_main(const Launcher& launcher, int job_fd) {
+[[noreturn]] void worker_main(const Launcher& launcher, int job_fd, int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
   json result;
   try {
-    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd);
-    result["pool"] = "cold";
+    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, fork_server);
+    if (!result.contains("pool")) result["pool"] = "cold";
   } catch (const std::exception& e) {
     result = failure_result(std::string("The sandbox could not be started: ") + e.what());
   } catch (...) {
@@ -243,14 +247,17 @@ void send_result(int job_fd, const json& result) {
 // ctl, and waits. A job fd on ctl runs the job in it; ctl closing (retired)
 // or the sandbox dying ends it. Either way the sandbox is torn down before
 // the worker exits.
-void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl) {
+void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl, int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-warm", 0, 0, 0);
   int job_fd = -1;
   try {
     const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
     std::optional<ArtifactsDir> artifacts;
     RunSpec spec = exec_spec(job_spec(profile, artifacts), entry.language);
-    std::unique_ptr<PreparedRun> prepared = launcher.prepare(spec, kWarmingCpuWeight);
+    std::unique_ptr<PreparedRun> prepared = fork_server >= 0
+                                                ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
+                                                : launcher.prepare(spec, kWarmingCpuWeight);
+    if (fork_server >= 0) ::close(fork_server);
     // Ready when the interpreter has started and waits for its request. A
     // runner that takes longer is offered anyway: a run on it only waits
     // for the rest of its start-up.
@@ -296,6 +303,60 @@ void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl)
     if (job_fd >= 0) send_result(job_fd, failure_result(std::string("The sandbox could not be started: ") + e.what()));
   } catch (...) {
     if (job_fd >= 0) send_result(job_fd, failure_result("The sandbox could not be started: unknown error"));
+  }
+}
+
+// The pids of pid's children (/proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t child; in >> child;) out.push_back(child);
+  return out;
+}
+
+// Returns when the fork server's sandbox ended, or when ctl closed and every
+// run it forked has ended too (or their wall time is over). A forked run's
+// PID 1 is a child of the fork server sandbox's PID 1, next to the zygote.
+void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time) {
+  std::optional<std::chrono::steady_clock::time_point> retired_at;
+  const auto grace = wall_time + std::chrono::seconds(5);
+  for (;;) {
+    pollfd fds[2] = {{zygote.pidfd(), POLLIN, 0}, {retired_at ? -1 : ctl, POLLIN, 0}};
+    int ready = ::poll(fds, 2, retired_at ? 50 : -1);
+    if (ready < 0 && errno != EINTR) return;
+    if (fds[0].revents) return;
+    if (fds[1].revents) retired_at = std::chrono::steady_clock::now();
+    if (retired_at && (children_of(zygote.pid()).size() <= 1 || std::chrono::steady_clock::now() - *retired_at > grace))
+      return;
+  }
+}
+
+// A fork server keeper: runs the key's fork server (fork_server.h) with
+// fork_server_end as its request socket and says 'R' on ctl when it is up.
+// When ctl closes (the key is retired) the runs it forked may still be
+// running: they live in the fork server's pid namespace, so it is torn down
+// only once they have ended, or after their wall time.
+void fork_server_keeper_main(const Launcher& launcher, const PoolEntry& entry, int ctl, int fork_server_end) {
+  ::prctl(PR_SET_NAME, "nsbox-zygote", 0, 0, 0);
+  try {
+    const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
+    std::optional<ArtifactsDir> artifacts;
+    const RunSpec run_spec = exec_spec(job_spec(profile, artifacts), entry.language);
+    std::unique_ptr<PreparedRun> zygote = launcher.prepare(fork_server_spec(run_spec, fork_server_end));
+    ::close(fork_server_end);
+    if (zygote->pidfd() >= 0) {
+      PoolReady ready;
+      const int64_t memory = zygote->memory_bytes();
+      ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
+      ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
+      wait_while_fork_server_serves(*zygote, ctl, run_spec.limits.wall_time);
+    }
+    Result r = zygote->finish(std::nullopt, std::chrono::milliseconds(1));
+    if (r.status != RunStatus::kTimeout)  // anything but our own stop
+      spdlog::error("fork server of profile {} ended: {} {}", entry.profile_name, r.error,
+                    r.stderr_data.substr(0, 2000));
+  } catch (const std::exception& e) {
+    spdlog::error("fork server of profile {} could not be started: {}", entry.profile_name, e.what());
   }
 }
 
@@ -351,11 +412,18 @@ void configure_pool(WarmPool& pool, int fd) {
     sfd.reset();
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
   };
-  WarmPool pool(stats, [&](const PoolEntry& entry, int ctl) {
-    become_child();
-    pool_worker_main(*launcher, entry, ctl);
-    ::_exit(0);  // after the sandbox, its cgroup and workspace are gone
-  });
+  WarmPool pool(
+      stats,
+      [&](const PoolEntry& entry, int ctl, int fork_server) {
+        become_child();
+        pool_worker_main(*launcher, entry, ctl, fork_server);
+        ::_exit(0);  // after the sandbox, its cgroup and workspace are gone
+      },
+      [&](const PoolEntry& entry, int ctl, int fork_server_end) {
+        become_child();
+        fork_server_keeper_main(*launcher, entry, ctl, fork_server_end);
+        ::_exit(0);
+      });
   ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
   std::set<pid_t> workers;
   bool closing = false;
@@ -388,8 +456,11 @@ void configure_pool(WarmPool& pool, int fd) {
           pid_t pid = ::fork();
           if (pid == 0) {
             become_child();
+            UniqueFd fork_server(pool.fork_server_for(*key) >= 0
+                                     ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0)
+                                     : -1);
             pool.close_in_child();
-            worker_main(*launcher, fd);
+            worker_main(*launcher, fd, fork_server.release());
           }
           // On fork failure closing the job fd tells the server.
           try {
@@ -516,11 +587,21 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
   write_full(pipe.write.get(), text, "write", "pool config");
 }
 
-JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd) {
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server) {
   Profile profile = load_profile_text(job.profile_yaml, job.profile_name, ProfileSearch{});
   std::optional<ArtifactsDir> artifacts;
   RunSpec spec = job_spec(profile, artifacts);
   std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
+  if (fork_server >= 0 && profile.fork_server && job.request.exec.language == Language::kPython) {
+    // No warm sandbox was ready: the fork server forks one now, which is
+    // still far cheaper than starting an interpreter.
+    RunSpec exec = exec_spec(spec, job.request.exec.language);
+    std::unique_ptr<PreparedRun> prepared = launcher.prepare_forked(exec, fork_server);
+    ExecOutcome outcome = finish_exec(*prepared, exec, job.request.exec, cancel_fd);
+    JobResult result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
+    result["pool"] = "forked";
+    return result;
+  }
   ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
   return job_result(job, profile, spec, outcome, artifacts, clamp_warning);
 }

@@ -207,8 +207,18 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
 Workspace::~Workspace() { remove_workspace(path_, mounted_); }
 
 ArtifactReport Workspace::collect() const {
-  Collector c{spec_, {}, 0};
-  UniqueFd out(::open((path_ + "/out").c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd dir(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) {
+    ArtifactReport report;
+    report.refused.push_back(std::string("workspace: ") + std::strerror(errno));
+    return report;
+  }
+  return collect_artifacts(spec_, dir.get());
+}
+
+ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
+  Collector c{spec, {}, 0};
+  UniqueFd out(::openat(workspace_dir, "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!out) {
     c.report.refused.push_back(std::string("out: ") + (errno == ELOOP || errno == ENOTDIR
                                                             ? "replaced by something that is not a directory"
@@ -216,10 +226,10 @@ ArtifactReport Workspace::collect() const {
     return c.report;
   }
   UniqueFd dst;
-  if (!spec_.artifacts_dir.empty()) {
-    ::mkdir(spec_.artifacts_dir.c_str(), 0755);
-    dst.reset(::open(spec_.artifacts_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dst) throw SysError("open artifacts directory", spec_.artifacts_dir, errno);
+  if (!spec.artifacts_dir.empty()) {
+    ::mkdir(spec.artifacts_dir.c_str(), 0755);
+    dst.reset(::open(spec.artifacts_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dst) throw SysError("open artifacts directory", spec.artifacts_dir, errno);
   }
   c.walk(out.get(), dst ? dst.get() : -1, "", 0);
   return c.report;

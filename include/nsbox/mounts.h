@@ -58,6 +58,15 @@ struct RawMountOp {
   bool optional;                // a missing target or source is skipped, not fatal
 };
 
+// The paths a sandbox hides: nsbox's built-in /proc files and directories
+// and the spec's masks, split by what is behind them inside (files behind
+// /dev/null, directories behind an empty read-only tmpfs).
+struct Masks {
+  std::vector<std::string> files;
+  std::vector<std::string> dirs;
+};
+Masks masks_for(const RunSpec& spec);
+
 class MountPlan {
  public:
   struct Step {

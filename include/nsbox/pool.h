@@ -32,6 +32,9 @@ struct PoolEntry {
   std::string profile_yaml;
   Language language = Language::kPython;
   uint32_t size = 0;
+  // The profile asks for a fork server (Python only): the key's warm
+  // sandboxes are forked by one zygote, kept by a fork server keeper.
+  bool fork_server = false;
 };
 
 // The CPU weight (cgroup v2 units, the default is 100) a warm sandbox starts
@@ -69,10 +72,16 @@ struct PoolReady {
 class WarmPool {
  public:
   // Runs in a forked child: holds one warm sandbox for entry, talks to the
-  // spawner on ctl; never returns.
-  using WorkerMain = std::function<void(const PoolEntry& entry, int ctl)>;
+  // spawner on ctl; never returns. fork_server: where to ask for the
+  // sandbox (the key's fork server), or -1 to start it from nothing.
+  using WorkerMain = std::function<void(const PoolEntry& entry, int ctl, int fork_server)>;
+  // Runs in a forked child: keeps the key's fork server, whose requests
+  // arrive on fork_server_end, until ctl closes (then waits for the runs it
+  // forked to end, up to their wall time) or the fork server dies.
+  using KeeperMain = std::function<void(const PoolEntry& entry, int ctl, int fork_server_end)>;
 
-  WarmPool(PoolStats* stats, WorkerMain worker_main) : stats_(stats), worker_main_(std::move(worker_main)) {}
+  WarmPool(PoolStats* stats, WorkerMain worker_main, KeeperMain keeper_main = {})
+      : stats_(stats), worker_main_(std::move(worker_main)), keeper_main_(std::move(keeper_main)) {}
   WarmPool(const WarmPool&) = delete;
   WarmPool& operator=(const WarmPool&) = delete;
 
@@ -80,6 +89,8 @@ class WarmPool {
   // a smaller size) are retired.
   void configure(std::vector<PoolEntry> entries, uint64_t memory_budget);
   bool pooled(const std::string& key) const;
+  // The request socket of key's fork server, or -1 when it has none (yet).
+  int fork_server_for(const std::string& key) const;
 
   // The fds to watch (one per pool worker) and what to do when they fire.
   void add_pollfds(std::vector<pollfd>& fds) const;
@@ -113,13 +124,18 @@ class WarmPool {
   struct Key {
     PoolEntry entry;
     std::vector<Worker> workers;  // starting or ready
+    Worker keeper;                // entry.fork_server: the fork server's keeper (pid -1: none)
+    UniqueFd fork_server;         // where the key's workers send their fork requests
   };
 
   void retire(Worker& w);
+  // Starts the key's fork server keeper; false when it could not.
+  bool start_keeper(Key& k, std::vector<pid_t>& children);
   void update_gauges();
 
   PoolStats* stats_;
   WorkerMain worker_main_;
+  KeeperMain keeper_main_;
   std::map<std::string, Key> keys_;
   std::vector<Worker> retiring_;  // keys dropped while their workers start
   uint64_t memory_budget_ = 0;

@@ -106,6 +106,10 @@ struct Profile {
   EgressPolicy egress;                  // used with NetworkMode::kEgress
   uid_t uid = 65534;
   gid_t gid = 65534;
+  // The node's warm Python runs are forked from a fork server (a zygote
+  // with the interpreter started) instead of started from nothing; see
+  // docs/SECURITY.md, "Fork server", for what that shares between runs.
+  bool fork_server = false;
 
   bool operator==(const Profile&) const = default;
 };

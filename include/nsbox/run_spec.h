@@ -53,7 +53,8 @@ enum class StdioMode {
 
 // Which seccomp filter the workload gets.
 struct SeccompChoice {
-  enum Kind { kDefault, kStrict, kAllowList } kind = kDefault;
+  // kForkServer: the fork server's own filter (SeccompProgram::fork_server_policy).
+  enum Kind { kDefault, kStrict, kAllowList, kForkServer } kind = kDefault;
   std::vector<std::string> allow;  // kAllowList: syscall names
 };
 
@@ -80,6 +81,11 @@ struct RunSpec {
   uint64_t result_bytes = 16ull << 20;
   // Network egress through nsbox's proxy (egress.h); nullopt: loopback only.
   std::optional<EgressPolicy> egress;
+  // The fork server's sandbox (fork_server.h): a socket the workload gets as
+  // fd 3 instead of a result pipe (borrowed: the caller closes it), and /proc
+  // left unmasked, since each run mounts and masks a /proc of its own.
+  int fd3_socket = -1;
+  bool mask_proc = true;
 };
 
 // The environment every run starts from; --env entries replace or add.

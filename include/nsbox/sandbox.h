@@ -61,6 +61,7 @@ class PreparedRun {
   // PID 1's pidfd (readable when the sandbox ended while waiting), or -1
   // when the sandbox could not be built (finish() then says why).
   int pidfd() const;
+  pid_t pid() const;  // PID 1's, as this process sees it, or -1
   // Waits until the workload blocks reading its stdin (its start-up is
   // done), up to timeout; false when it did not (it ended, or is slower).
   bool wait_for_input(std::chrono::milliseconds timeout) const;
@@ -95,6 +96,13 @@ class Launcher {
   // warm sandbox starts up in the background of the runs being served.
   std::unique_ptr<PreparedRun> prepare(const RunSpec& spec,
                                        std::optional<uint32_t> start_cpu_weight = std::nullopt) const;
+  // The same, but the sandbox is forked by the fork server listening on
+  // fork_server (fork_server.h) instead of started from nothing: its own
+  // cgroup and namespaces, the interpreter already started. A spec the fork
+  // server cannot run (fork_server_refusal), or a fork server that is gone,
+  // makes a setup error.
+  std::unique_ptr<PreparedRun> prepare_forked(const RunSpec& spec, int fork_server,
+                                              std::optional<uint32_t> start_cpu_weight = std::nullopt) const;
 
   const HostIds& host_ids() const { return host_ids_; }
   const CgroupHost& cgroup_host() const { return cgroups_; }

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@ class SeccompProgram {
   // The default policy: a deny list of the calls that reach kernel attack
   // surface or the host (each rule's reason is in seccomp.cc).
   static SeccompProgram default_policy();
+  // The fork server's own filter: the default policy but for unshare, mount
+  // and sethostname, which its child needs to give each run fresh
+  // namespaces before that run's own filter is loaded on top. Denied calls
+  // answer in the kernel (no listener: the run's filter needs the one a
+  // filter chain may have).
+  static SeccompProgram fork_server_policy();
   // An allow list: only the named syscalls run, every other answers EPERM.
   // nsbox's own rules still apply on top (a listed clone may not create
   // namespaces, a listed ioctl may not be TIOCSTI, ptrace/mount/bpf/... stay
@@ -51,6 +58,7 @@ class SeccompProgram {
 
  private:
   SeccompProgram() = default;
+  static SeccompProgram deny_list(const std::set<std::string>& allowed, bool notifies);
   void finish(void* filter_ctx);  // exports the compiled filter into filter_
   std::vector<sock_filter> filter_;
   sock_fprog prog_{};

@@ -81,6 +81,8 @@ class Spawner {
 
 // The worker side, exposed for tests: runs job on launcher and builds the
 // result (no fork, no sockets).
-JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd);
+// fork_server, if >= 0, is the job's key's fork server (fork_server.h): a
+// Python run of a profile that asks for one is forked by it.
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server = -1);
 
 }  // namespace nsbox

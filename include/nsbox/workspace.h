@@ -53,6 +53,11 @@ class Workspace {
   bool mounted_ = false;
 };
 
+// The regular files under out/ of the workspace whose root directory is
+// workspace_dir (opened by the caller), within spec's caps, never following a
+// symlink; copied to spec.artifacts_dir when set.
+ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir);
+
 // Validates an input name: a plain file name, no '/', not "." or "..".
 void check_input_name(const std::string& name);
 

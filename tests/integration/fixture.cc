@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "nsbox/fork_server.h"
+
 namespace nsbox::testing {
 
 std::string test_rootfs() {
@@ -119,6 +121,49 @@ std::vector<pid_t> host_pids_with_cmdline(const std::string& needle) {
   }
   ::closedir(dir);
   return found;
+}
+
+namespace {
+
+pid_t parent_of(pid_t pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  char state = 0;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+}  // namespace
+
+std::vector<pid_t> descendants_with_cmdline(pid_t ancestor, const std::string& needle) {
+  std::vector<pid_t> found;
+  for (pid_t pid : host_pids_with_cmdline(needle)) {
+    for (pid_t p = parent_of(pid); p > 1; p = parent_of(p)) {
+      if (p == ancestor) {
+        found.push_back(pid);
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+std::vector<pid_t> fork_servers_of(pid_t node) {
+  // Not the children it forks: they show its command line until they set their own.
+  std::vector<pid_t> found;
+  for (pid_t pid : descendants_with_cmdline(node, kForkServerScript))
+    if (!process_alive_with_cmdline(parent_of(pid), kForkServerScript)) found.push_back(pid);
+  return found;
+}
+
+bool process_alive_with_cmdline(pid_t pid, const std::string& needle) {
+  std::string cmdline = slurp("/proc/" + std::to_string(pid) + "/cmdline");
+  for (auto& c : cmdline)
+    if (c == '\0') c = ' ';
+  return cmdline.find(needle) != std::string::npos;
 }
 
 bool wait_for_process(const std::string& needle, int timeout_ms) {

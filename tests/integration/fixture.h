@@ -46,6 +46,13 @@ int wait_cli(pid_t pid);
 // Host pids whose command line contains `needle`.
 std::vector<pid_t> host_pids_with_cmdline(const std::string& needle);
 // Polls until a process matching needle exists (true) or timeout_ms passes.
+// The processes whose command line contains needle and that descend from
+// ancestor (other tests may run theirs at the same time).
+std::vector<pid_t> descendants_with_cmdline(pid_t ancestor, const std::string& needle);
+// The fork servers (zygote.py) a node started.
+std::vector<pid_t> fork_servers_of(pid_t node);
+// Whether pid is alive with needle in its command line (not a reused pid).
+bool process_alive_with_cmdline(pid_t pid, const std::string& needle);
 bool wait_for_process(const std::string& needle, int timeout_ms);
 // Polls until no process matches needle (true) or timeout_ms passes.
 bool wait_for_no_process(const std::string& needle, int timeout_ms);

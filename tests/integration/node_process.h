@@ -189,6 +189,23 @@ inline std::string request(const std::string& code, const nlohmann::ordered_json
 }
 
 // Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
+// The value of a Prometheus line "NAME VALUE" of the node's /metrics, or -1.
+inline double metric(const NodeProcess& node, const std::string& name) {
+  auto m = node.client().Get("/metrics");
+  if (!m) return -1;
+  size_t at = m->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
+}
+
+// Until metric name reaches at least value (60 s: the VM rig is slow).
+inline bool wait_metric(const NodeProcess& node, const std::string& name, double value) {
+  for (int i = 0; i < 3000; ++i) {
+    if (metric(node, name) >= value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 inline std::set<std::string> orphaned_run_cgroups() {
   std::set<std::string> out;
   const CgroupHost& host = launcher().cgroup_host();

@@ -18,22 +18,7 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-// The value of a Prometheus line "NAME VALUE", or -1.
-double metric(const NodeProcess& node, const std::string& name) {
-  auto m = node.client().Get("/metrics");
-  if (!m) return -1;
-  size_t at = m->body.find("\n" + name + " ");
-  return at == std::string::npos ? -1 : std::stod(m->body.substr(at + name.size() + 2));
-}
 
-// Until metric name reaches at least value (60 s: the VM rig is slow).
-bool wait_metric(const NodeProcess& node, const std::string& name, double value) {
-  for (int i = 0; i < 3000; ++i) {
-    if (metric(node, name) >= value) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
 
 json run_v1(const NodeProcess& node, const std::string& code, const std::string& language = "python",
             double timeout = 0) {
@@ -43,16 +28,30 @@ json run_v1(const NodeProcess& node, const std::string& code, const std::string&
   return j.is_discarded() ? json::object() : j;
 }
 
-class Pool : public ::testing::Test {
+// The profile of a pool test: the default one, or the default one whose
+// Python runs come from the fork server (fork_server: true).
+std::string pool_profile(const TempDir& dir, bool fork_server) {
+  return fork_server ? dir.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") : "default";
+}
+
+std::string kind_name(const ::testing::TestParamInfo<bool>& p) { return p.param ? "ForkServer" : "Started"; }
+
+// Every pool test runs twice: with warm sandboxes started from nothing, and
+// with Python's forked by the fork server.
+class Pool : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(node_.ready()) << node_.log();
     ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << node_.log();  // one per language
   }
-  NodeProcess node_{"tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n"};
+  TempDir dir_;
+  NodeProcess node_{"tenants:\n  - {name: t, profile: " + pool_profile(dir_, GetParam()) +
+                    "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n"};
 };
 
-TEST_F(Pool, WarmRunsAnswerInBothLanguages) {
+INSTANTIATE_TEST_SUITE_P(Kinds, Pool, ::testing::Bool(), kind_name);
+
+TEST_P(Pool, WarmRunsAnswerInBothLanguages) {
   json py = run_v1(node_, "def main(args):\n    return 6 * 7");
   EXPECT_EQ(py["return"], 42) << py.dump();
   EXPECT_EQ(py["pool"], "warm");
@@ -64,7 +63,7 @@ TEST_F(Pool, WarmRunsAnswerInBothLanguages) {
   EXPECT_GT(metric(node_, "nsbox_pool_idle_memory_bytes"), 2 << 20) << "what the waiting interpreters hold";
 }
 
-TEST_F(Pool, NothingCrossesFromOneRunToTheNext) {
+TEST_P(Pool, NothingCrossesFromOneRunToTheNext) {
   const std::string leave =
       "import json, os, subprocess, sys, threading, time\n"
       "def main(args):\n"
@@ -93,7 +92,7 @@ TEST_F(Pool, NothingCrossesFromOneRunToTheNext) {
   }
 }
 
-TEST_F(Pool, TheRunsClocksStartAtTheRequest) {
+TEST_P(Pool, TheRunsClocksStartAtTheRequest) {
   std::this_thread::sleep_for(1500ms);  // the warm sandbox has waited longer than the timeout
   json r = run_v1(node_, "import time\ndef main(args):\n    time.sleep(0.3)\n    return 1", "python", 1);
   EXPECT_EQ(r["status"], "ok") << r.dump();
@@ -104,7 +103,7 @@ TEST_F(Pool, TheRunsClocksStartAtTheRequest) {
   EXPECT_EQ(t["status"], "timeout") << t.dump();
 }
 
-TEST_F(Pool, ABurstRefillsThePool) {
+TEST_P(Pool, ABurstRefillsThePool) {
   std::vector<std::thread> threads;
   std::atomic<int> ok{0};
   for (int i = 0; i < 6; ++i) {
@@ -120,29 +119,55 @@ TEST_F(Pool, ABurstRefillsThePool) {
   EXPECT_EQ(run_v1(node_, "def main(args):\n    return 1")["pool"], "warm");
 }
 
-TEST(PoolReload, RetiresSandboxesOfAChangedProfile) {
+class PoolReload : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Kinds, PoolReload, ::testing::Bool(), kind_name);
+
+TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
   TempDir dir;
-  const std::string profile = dir.write("p.yaml", "name: p\nextends: default\nenv: {STAMP: one}\n");
+  const std::string forked = GetParam() ? "fork_server: true\n" : "";
+  const std::string profile = dir.write("p.yaml", "name: p\nextends: default\nenv: {STAMP: one}\n" + forked);
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
   const std::string code = "import os\ndef main(args):\n    return os.environ['STAMP']";
   EXPECT_EQ(run_v1(node, code)["return"], "one");
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
-  std::ofstream(profile) << "name: p\nextends: default\nenv: {STAMP: two}\n";
+  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
+  EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);
+  // A run in flight while its profile changes ends normally: a fork server
+  // that forked it is torn down only after it.
+  json slow;
+  std::thread in_flight([&] { slow = run_v1(node, "import time\ndef main(args):\n    time.sleep(1.5)\n    return 's'"); });
+  std::this_thread::sleep_for(500ms);
+  std::ofstream(profile) << "name: p\nextends: default\nenv: {STAMP: two}\n" << forked;
   ::kill(node.pid(), SIGHUP);
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 2)) << node.log();
+  in_flight.join();
+  // At least the idle JavaScript one; the Python one serving the run in
+  // flight was not idle, and its replacement may still have been starting.
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 1)) << node.log();
+  EXPECT_EQ(slow["return"], "s") << slow.dump();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
   json r = run_v1(node, code);
   EXPECT_EQ(r["return"], "two") << r.dump();
   EXPECT_EQ(r["pool"], "warm");
+  for (pid_t old : zygotes) {
+    for (int i = 0; i < 500 && process_alive_with_cmdline(old, "/opt/nsbox/zygote.py"); ++i)
+      std::this_thread::sleep_for(10ms);
+    EXPECT_FALSE(process_alive_with_cmdline(old, "/opt/nsbox/zygote.py")) << "the old profile's fork server still runs";
+  }
+  EXPECT_EQ(fork_servers_of(node.pid()).size(), GetParam() ? 1u : 0u);
 }
 
-TEST(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
+class PoolLeaks : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Kinds, PoolLeaks, ::testing::Bool(), kind_name);
+
+TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   // 1000 in the release build; fewer where every process is ~50x slower
   // (the VM rig) or the node is instrumented (the ASan build sets ASAN_OPTIONS).
   const int runs = in_vm_guest() ? 40 : std::getenv("ASAN_OPTIONS") ? 300 : 1000;
-  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, GetParam()) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 4));
   const auto orphans_before = orphaned_run_cgroups();
@@ -168,6 +193,8 @@ TEST(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_GT(metric(node, "nsbox_pool_hits_total"), runs / 4) << "the pool was hardly used";
+  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
+  EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);
   // Shutting down retires the idle sandboxes: nothing of any run remains.
   EXPECT_EQ(node.stop(SIGTERM), 0);
   std::set<std::string> orphans = orphaned_run_cgroups();
@@ -177,6 +204,7 @@ TEST(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   EXPECT_EQ(slurp("/proc/self/mountinfo").find(node.tmp()), std::string::npos) << "a mount remained";
   EXPECT_TRUE(wait_for_no_process("sleep 1013", 5000)) << "a sandboxed process survived";
   EXPECT_TRUE(host_pids_with_cmdline("nsbox-warm").empty());
+  for (pid_t z : zygotes) EXPECT_FALSE(process_alive_with_cmdline(z, "/opt/nsbox/zygote.py")) << "a fork server survived";
 }
 
 }  // namespace

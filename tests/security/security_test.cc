@@ -117,6 +117,15 @@ class Bait {
     return egress_profile_;
   }
 
+  // The default profile with its Python runs forked by a fork server.
+  std::string forked_profile() const {
+    if (forked_profile_.empty()) {
+      forked_profile_ = secret_dir_ + "/forked.yaml";
+      std::ofstream(forked_profile_) << "name: attacker-forked\nextends: default\nfork_server: true\n";
+    }
+    return forked_profile_;
+  }
+
   json params() const {
     return {{"secret_path", secret_path_}, {"secret", secret_}, {"host_pid", ::getpid()},
             {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_},
@@ -145,12 +154,13 @@ class Bait {
 
  private:
   std::string secret_, marker_, secret_dir_, secret_path_, abstract_;
-  mutable std::string egress_profile_;
+  mutable std::string egress_profile_, forked_profile_;
   int tcp_ = -1, unix_ = -1, port_ = 0;
 };
 
 Bait* bait = nullptr;
 constexpr const char* kEgressToken = "egress-attacker-token-0123456789";
+constexpr const char* kForkedToken = "forked-attacker-token-0123456789";
 NodeProcess* node = nullptr;
 
 // ctest runs each test in a process of its own: the node is started only by
@@ -159,7 +169,9 @@ NodeProcess& the_node() {
   if (!node) {
     node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\n"
                            "  - name: egress-attacker\n    token: " + std::string(kEgressToken) +
-                           "\n    profile: " + bait->egress_profile() + "\ndefault_tenant: attacker\n"
+                           "\n    profile: " + bait->egress_profile() + "\n  - name: forked-attacker\n    token: " +
+                           std::string(kForkedToken) + "\n    profile: " + bait->forked_profile() +
+                           "\ndefault_tenant: attacker\n"
                            "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n  pool_size: 1\n");
     EXPECT_TRUE(node->ready()) << node->log();
   }
@@ -218,10 +230,12 @@ Outcome run_through_cli(const Attack& a) {
   return o;
 }
 
-Outcome run_through_node(const Attack& a) {
+// forked: as the tenant whose Python runs come from the fork server.
+Outcome run_through_node(const Attack& a, bool forked = false) {
   json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
   httplib::Headers auth;
   if (a.egress) auth.emplace("Authorization", std::string("Bearer ") + kEgressToken);
+  if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
   auto r = post(the_node().client(), "/v1/runs", body.dump(), auth);
   Outcome o;
   if (!r) {
@@ -234,6 +248,8 @@ Outcome run_through_node(const Attack& a) {
   o.status = j.value("status", "");
   o.stdout_truncated = j.value("stdout_truncated", false);
   if (j["return"].is_object()) o.verdict = j["return"];
+  if (forked && j.value("pool", "") != "warm" && j.value("pool", "") != "forked")
+    o.status = "not forked (pool " + j.value("pool", "?") + ")";
   for (const auto& art : j.value("artifacts", json::array())) o.artifact_contents.push_back(art.value("content_base64", ""));
   return o;
 }
@@ -272,6 +288,13 @@ TEST_P(Escape, StoppedThroughNsboxRun) {
 TEST_P(Escape, StoppedThroughTheNode) {
   Attack a = load_attack(GetParam());
   check(a, run_through_node(a));
+}
+
+TEST_P(Escape, StoppedInARunOfTheForkServer) {
+  Attack a = load_attack(GetParam());
+  // Profiles with egress cannot ask for a fork server (refused when loaded).
+  if (a.egress) GTEST_SKIP() << "an egress attack: the fork server refuses egress profiles";
+  check(a, run_through_node(a, true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Attacks, Escape, ::testing::ValuesIn(attack_names()),

@@ -395,5 +395,16 @@ TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
   EXPECT_THROW(pool_entries_from_json(bad, budget), UsageError);
 }
 
+TEST(PoolConfig, AForkServerIsForPythonOnly) {
+  const std::string a = "name: a\nfork_server: true\n";
+  PoolEntry python{pool_key(a, Language::kPython), "a", a, Language::kPython, 2, true};
+  uint64_t budget = 0;
+  auto back = pool_entries_from_json(to_json({python}, 0), budget);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_TRUE(back[0].fork_server);
+  PoolEntry js{pool_key(a, Language::kJavaScript), "a", a, Language::kJavaScript, 2, true};
+  EXPECT_THROW(pool_entries_from_json(to_json({js}, 0), budget), UsageError);
+}
+
 }  // namespace
 }  // namespace nsbox

@@ -153,6 +153,15 @@ TEST(ShippedProfiles, AllPassCheck) {
   EXPECT_EQ(err.str(), "");
 }
 
+TEST(Profiles, ForkServerIsAChoiceThatRoundTrips) {
+  Profile off = load_profile_text("name: a\n", "a.yaml", ProfileSearch{});
+  EXPECT_FALSE(off.fork_server);
+  EXPECT_EQ(to_yaml(off).find("fork_server"), std::string::npos);
+  Profile on = load_profile_text("name: b\nfork_server: true\n", "b.yaml", ProfileSearch{});
+  EXPECT_TRUE(on.fork_server);
+  expect_round_trip(on);
+}
+
 TEST(ShippedProfiles, DefaultHasTheDocumentedValues) {
   Profile p = load_profile("default", repo_search());
   EXPECT_EQ(p.name, "default");

@@ -48,5 +48,24 @@ TEST(DefaultPolicy, MoveKeepsProgramValid) {
   EXPECT_NE(b.program()->filter, nullptr);
 }
 
+TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
+  SeccompProgram fork = SeccompProgram::fork_server_policy();
+  SeccompProgram def = SeccompProgram::default_policy();
+  // What its child needs to give a run namespaces of its own.
+  for (const char* s : {"unshare", "mount", "sethostname"}) {
+    EXPECT_FALSE(has_rule(fork, s, "EPERM")) << s;
+    EXPECT_TRUE(has_rule(def, s, "EPERM")) << s;
+  }
+  // Everything else of the default policy stays denied.
+  for (const auto& r : def.rules()) {
+    if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname") continue;
+    EXPECT_TRUE(has_rule(fork, r.syscall, r.action)) << r.syscall << " " << r.condition;
+  }
+  // No listener: each run's own filter, stacked on it, takes the one a
+  // filter chain may have.
+  EXPECT_FALSE(fork.notifies());
+  EXPECT_TRUE(def.notifies());
+}
+
 }  // namespace
 }  // namespace nsbox

@@ -312,7 +312,9 @@ def run():
     return 0
 
 
-if __name__ == "__main__":
+def main():
+    """Runs the request on fd 0 and exits; `python3 runner.py` and the fork
+    server's workload (zygote.py) both end here."""
     try:
         status = run()
     except BaseException as e:  # a runner bug: say it, deliver no result
@@ -325,3 +327,7 @@ if __name__ == "__main__":
     # Exit now: do not wait for user threads or run user atexit handlers,
     # like the Node runner that does not wait for pending timers.
     _exit(status)
+
+
+if __name__ == "__main__":
+    main()

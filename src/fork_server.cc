@@ -1,0 +1,98 @@
+#include "nsbox/fork_server.h"
+
+#include <sys/mount.h>
+
+#include <nlohmann/json.hpp>
+
+#include "nsbox/mounts.h"
+
+namespace nsbox {
+
+namespace {
+
+constexpr unsigned long kNoDevSuid = MS_NOSUID | MS_NODEV;
+
+std::string hex(const void* data, size_t size) {
+  static const char digits[] = "0123456789abcdef";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out.push_back(digits[bytes[i] >> 4]);
+    out.push_back(digits[bytes[i] & 15]);
+  }
+  return out;
+}
+
+bool is_python(const RunSpec& spec) {
+  return !spec.argv.empty() && spec.argv[0].find("python") != std::string::npos;
+}
+
+}  // namespace
+
+std::string fork_server_refusal(const RunSpec& spec) {
+  if (!is_python(spec)) return "the fork server runs Python only";
+  if (spec.egress) return "network.mode egress is not offered by the fork server (its proxy is per sandbox)";
+  if (spec.stdio != StdioMode::kCapture || !spec.capture_fd3) return "the fork server runs agent code only";
+  if (spec.workspace && !spec.workspace->inputs.empty()) return "the fork server's workspaces take no input files";
+  return "";
+}
+
+RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
+  RunSpec spec = run_spec;
+  spec.argv = {spec.argv.at(0), kForkServerScript};
+  spec.seccomp = SeccompChoice{SeccompChoice::kForkServer, {}};
+  spec.mask_proc = false;
+  spec.fd3_socket = control_fd;
+  spec.capture_fd3 = false;
+  spec.stdin_data.reset();
+  spec.limits.wall_time = std::chrono::milliseconds(0);
+  spec.limits.cpu_time = std::chrono::milliseconds(0);
+  spec.egress.reset();
+  // Each run mounts a fresh tmpfs on the workspace path, which must exist.
+  if (spec.workspace) spec.tmpfs.push_back({spec.workspace->inside_path, 4096});
+  spec.workspace.reset();
+  return spec;
+}
+
+std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& rlimits,
+                         const SeccompProgram& program) {
+  using json = nlohmann::json;
+  const std::string tmp_size = "size=" + std::to_string(spec.limits.tmpfs_bytes);
+  // Everything a run may write, or see of another run, is its own: the
+  // zygote's are shared by every run it forks.
+  json tmpfs = json::array();
+  tmpfs.push_back({{"target", "/dev/shm"}, {"flags", kNoDevSuid | MS_NOEXEC}, {"data", "mode=1777," + tmp_size}});
+  tmpfs.push_back({{"target", "/tmp"}, {"flags", kNoDevSuid}, {"data", "mode=1777," + tmp_size}});
+  for (const auto& t : spec.tmpfs)
+    tmpfs.push_back(
+        {{"target", t.target}, {"flags", kNoDevSuid}, {"data", "mode=1777,size=" + std::to_string(t.size_bytes)}});
+  Masks masks = masks_for(spec);
+  json files = json::array(), dirs = json::array();
+  for (const auto& m : masks.files)
+    if (m.rfind("/proc/", 0) == 0) files.push_back(m);
+  for (const auto& m : masks.dirs)
+    if (m.rfind("/proc/", 0) == 0) dirs.push_back(m);
+  json limits = json::array();
+  // Python's resource module spells RLIM_INFINITY -1.
+  auto value = [](rlim_t v) { return v == RLIM_INFINITY ? json(-1) : json(static_cast<uint64_t>(v)); };
+  for (const auto& r : rlimits) limits.push_back({r.resource, value(r.value.rlim_cur), value(r.value.rlim_max)});
+  json env = json::array();
+  for (const auto& [k, v] : spec.env) env.push_back({k, v});
+  const sock_fprog* prog = program.program();
+  json j = {{"hostname", spec.hostname},
+            {"tmpfs", std::move(tmpfs)},
+            {"workspace", spec.workspace ? json{{"path", spec.workspace->inside_path},
+                                                {"size", spec.workspace->size_bytes}}
+                                         : json(nullptr)},
+            {"proc_mask_files", std::move(files)},
+            {"proc_mask_dirs", std::move(dirs)},
+            {"rlimits", std::move(limits)},
+            {"cwd", spec.cwd},
+            {"env", std::move(env)},
+            {"seccomp", hex(prog->filter, prog->len * sizeof(sock_filter))},
+            {"notify", program.notifies()}};
+  return j.dump();
+}
+
+}  // namespace nsbox

@@ -1,0 +1,200 @@
+// The Python fork server (profile key fork_server): runs it forks are
+// sandboxed exactly like runs started from nothing, each in namespaces and a
+// cgroup of its own, and the fork server itself holds no privilege.
+#include <signal.h>
+
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+#include "node_process.h"
+
+namespace nsbox::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kForkedToken = "forked-tenant-token-0123456789ab";
+
+json run_as(const NodeProcess& node, const std::string& code, bool forked) {
+  httplib::Headers auth;
+  if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
+  auto r = post(node.client(), "/v1/runs", request(code, json::object()), auth);
+  if (!r) return json::object();
+  json j = json::parse(r->body, nullptr, false);
+  return j.is_discarded() ? json::object() : j;
+}
+
+// A node with two tenants of the default profile: "started" (warm sandboxes
+// started from nothing) and "forked" (the same profile with fork_server).
+class ForkServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(node_.ready()) << node_.log();
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 4)) << node_.log();  // 2 tenants x 2 languages
+  }
+  TempDir dir_;
+  NodeProcess node_{"tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " +
+                    std::string(kForkedToken) + "\n    profile: " +
+                    dir_.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") +
+                    "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n"};
+};
+
+// What a run can observe of its sandbox, everything a difference between a
+// forked run and a started one would show in.
+const char* const kObserve = R"(import ctypes, os, resource, socket
+def main(args):
+    status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())
+    libc = ctypes.CDLL(None, use_errno=True)
+    attempts = {}
+    for name, call in [('unshare', lambda: libc.unshare(0x10000000)),
+                       ('mount', lambda: libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
+                       ('sethostname', lambda: libc.sethostname(b'x', 1))]:
+        attempts[name] = [call(), ctypes.get_errno()]
+    try:
+        open('/usr/nsbox-probe', 'w')
+        rootfs = 'writable'
+    except OSError as e:
+        rootfs = e.errno
+    open('/tmp/probe', 'w').write('x')
+    srv = socket.socket()
+    srv.bind(('127.0.0.1', 0))
+    srv.listen(1)
+    socket.create_connection(srv.getsockname()).close()
+    return {
+        'ids': [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getgroups()],
+        'caps': [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')],
+        'no_new_privs': status['NoNewPrivs'].strip(), 'seccomp': status['Seccomp'].strip(),
+        'pids': [os.getpid(), os.getppid(), sorted(p for p in os.listdir('/proc') if p.isdigit())],
+        'hostname': socket.gethostname(), 'cwd': os.getcwd(), 'env': sorted(os.environ),
+        'rlimits': [resource.getrlimit(r) for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_FSIZE,
+                                                   resource.RLIMIT_CORE, resource.RLIMIT_NPROC)],
+        'masked': [os.listdir('/proc/sys'), open('/proc/kallsyms').read(), os.path.exists('/proc/kcore')],
+        'cgroup': [l.split(':', 2)[2] for l in open('/proc/self/cgroup').read().splitlines()],
+        'interfaces': [n for _, n in socket.if_nameindex()],
+        'tmp': sorted(os.listdir('/tmp')), 'workspace': sorted(os.listdir('/workspace')),
+        'dev': sorted(os.listdir('/dev')), 'pts': sorted(os.listdir('/dev/pts')),
+        'rootfs': rootfs, 'attempts': attempts, 'dumpable': open('/proc/self/stat').read() != '',
+    }
+)";
+
+TEST_F(ForkServer, ARunSeesWhatAStartedRunSees) {
+  json started = run_as(node_, kObserve, false);
+  json forked = run_as(node_, kObserve, true);
+  ASSERT_EQ(started["status"], "ok") << started.dump();
+  ASSERT_EQ(forked["status"], "ok") << forked.dump();
+  EXPECT_EQ(started["pool"], "warm");
+  EXPECT_EQ(forked["pool"], "warm");
+  EXPECT_EQ(forked["return"], started["return"]) << "forked: " << forked["return"].dump(1) << "\nstarted: "
+                                                  << started["return"].dump(1);
+  // Denied calls answer EPERM and are counted, as for a started run.
+  EXPECT_EQ(forked["return"]["attempts"]["unshare"], json({-1, EPERM}));
+  EXPECT_EQ(forked["denied_syscalls"], started["denied_syscalls"]);
+  EXPECT_EQ(forked["denied_syscalls"]["mount"], 1) << forked.dump();
+  EXPECT_EQ(forked["return"]["caps"], json({"0000000000000000", "0000000000000000", "0000000000000000",
+                                            "0000000000000000", "0000000000000000"}));
+}
+
+// The namespace inodes of a run, read while another run is alive (an inode
+// number is reused once its namespace is gone).
+const char* const kNamespaces = R"(import os, time
+def main(args):
+    ns = {n: os.readlink('/proc/self/ns/' + n) for n in ('user', 'mnt', 'pid', 'net', 'ipc', 'uts', 'cgroup')}
+    time.sleep(1.0)
+    return ns
+)";
+
+std::map<std::string, std::string> host_namespaces(pid_t pid) {
+  std::map<std::string, std::string> out;
+  for (const char* n : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
+    char buf[128] = {};
+    const std::string path = "/proc/" + std::to_string(pid) + "/ns/" + n;
+    ssize_t len = ::readlink(path.c_str(), buf, sizeof buf - 1);
+    out[n] = len > 0 ? std::string(buf, static_cast<size_t>(len)) : "";
+  }
+  return out;
+}
+
+TEST_F(ForkServer, EachRunHasNamespacesOfItsOwn) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  const auto zygote = host_namespaces(zygotes[0]);
+  json a, b;
+  std::thread other([&] { b = run_as(node_, kNamespaces, true); });
+  a = run_as(node_, kNamespaces, true);
+  other.join();
+  ASSERT_EQ(a["status"], "ok") << a.dump();
+  ASSERT_EQ(b["status"], "ok") << b.dump();
+  for (const char* n : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
+    const std::string ours = a["return"][n], theirs = b["return"][n];
+    EXPECT_NE(ours, theirs) << n << ": two runs alive at once share it";
+    EXPECT_NE(ours, zygote.at(n)) << n << ": a run shares it with its fork server";
+    EXPECT_NE(theirs, zygote.at(n)) << n << ": a run shares it with its fork server";
+  }
+}
+
+// "Name:\tvalue" of /proc/PID/status, "" when missing.
+std::string status_field(pid_t pid, const std::string& name) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + ":", 0) == 0) return line.substr(name.size() + 2);
+  return "";
+}
+
+TEST_F(ForkServer, HoldsNoPrivilege) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  const pid_t z = zygotes[0];
+  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"})
+    EXPECT_EQ(status_field(z, set), "0000000000000000") << set;
+  EXPECT_EQ(status_field(z, "NoNewPrivs"), "1");
+  EXPECT_EQ(status_field(z, "Seccomp"), "2");
+  EXPECT_NE(status_field(z, "Uid").rfind("0\t", 0), 0u) << "the fork server runs as host root";
+  // Its own namespaces, not the host's.
+  const auto host = host_namespaces(::getpid());
+  const auto ours = host_namespaces(z);
+  for (const auto& [n, inode] : ours) EXPECT_NE(inode, host.at(n)) << n;
+}
+
+TEST_F(ForkServer, ReplacedWhenItDies) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  ASSERT_EQ(::kill(zygotes[0], SIGKILL), 0);
+  // Its sandbox, and the warm run it forked, go with it; the pool starts a
+  // new one and refills.
+  std::vector<pid_t> now;
+  for (int i = 0; i < 1000; ++i) {
+    now = fork_servers_of(node_.pid());
+    if (now.size() == 1 && now[0] != zygotes[0]) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], zygotes[0]);
+  ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 4)) << node_.log();
+  json r = run_as(node_, "def main(args):\n    return 7", true);
+  EXPECT_EQ(r["return"], 7) << r.dump();
+  EXPECT_EQ(r["pool"], "warm");
+}
+
+TEST_F(ForkServer, AMissIsForkedToo) {
+  // Three at once against a pool of one: the ones that find no warm
+  // sandbox are forked at the request.
+  std::vector<json> results(3);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = run_as(node_, "import time\ndef main(args):\n    time.sleep(0.5)\n    return 1", true); });
+  for (auto& t : threads) t.join();
+  int forked = 0;
+  for (const auto& r : results) {
+    EXPECT_EQ(r["return"], 1) << r.dump();
+    EXPECT_NE(r["pool"], "cold") << "a miss started an interpreter: " << r.dump();
+    forked += r["pool"] == "forked";
+  }
+  EXPECT_GE(forked, 1);
+}
+
+}  // namespace
+}  // namespace nsbox::testing

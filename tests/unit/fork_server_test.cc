@@ -1,0 +1,84 @@
+// The fork server's settings: which runs it may fork, the spec of its own
+// sandbox and what it is told for each run. (Its runs are tested for real
+// in tests/integration/fork_server_test.cc.)
+#include "nsbox/fork_server.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "nsbox/runtime.h"
+
+namespace nsbox {
+namespace {
+
+RunSpec python_run() {
+  RunSpec spec;
+  spec.rootfs = "/";
+  spec.workspace = WorkspaceSpec{};
+  spec.masks = {"/proc/kcore", "/sys/firmware"};
+  spec.limits.wall_time = std::chrono::seconds(30);
+  spec.limits.cpu_time = std::chrono::seconds(30);
+  spec.limits.open_files = 256;
+  RunSpec exec = exec_spec(spec, Language::kPython);
+  exec.stdin_data = "{}";
+  return exec;
+}
+
+TEST(ForkServer, ForksPythonAgentRunsOnly) {
+  EXPECT_EQ(fork_server_refusal(python_run()), "");
+  RunSpec js = exec_spec(python_run(), Language::kJavaScript);
+  EXPECT_EQ(fork_server_refusal(js), "the fork server runs Python only");
+  RunSpec egress = python_run();
+  egress.egress = EgressPolicy{};
+  EXPECT_NE(fork_server_refusal(egress).find("egress"), std::string::npos);
+  RunSpec inputs = python_run();
+  inputs.workspace->inputs.push_back({"/etc/hostname", "h"});
+  EXPECT_NE(fork_server_refusal(inputs).find("input files"), std::string::npos);
+}
+
+TEST(ForkServer, ItsOwnSandboxKeepsNoRunState) {
+  const RunSpec run = python_run();
+  RunSpec z = fork_server_spec(run, 42);
+  EXPECT_EQ(z.argv, (std::vector<std::string>{run.argv[0], kForkServerScript}));
+  EXPECT_EQ(z.seccomp.kind, SeccompChoice::kForkServer);
+  EXPECT_EQ(z.fd3_socket, 42);
+  EXPECT_FALSE(z.capture_fd3);
+  EXPECT_FALSE(z.mask_proc) << "a run cannot mount a /proc of its own under a masked one";
+  EXPECT_FALSE(z.workspace) << "each run gets a workspace of its own";
+  EXPECT_FALSE(z.stdin_data);
+  EXPECT_EQ(z.limits.wall_time.count(), 0) << "the fork server outlives any one run";
+  EXPECT_EQ(z.limits.cpu_time.count(), 0);
+  // The workspace path must exist in its view for runs to mount on.
+  ASSERT_FALSE(z.tmpfs.empty());
+  EXPECT_EQ(z.tmpfs.back().target, run.workspace->inside_path);
+  EXPECT_EQ(z.limits.cgroup.memory_bytes, run.limits.cgroup.memory_bytes);
+  EXPECT_EQ(z.env, run.env);
+}
+
+TEST(ForkServer, EachRunIsToldItsFreshMountsMasksLimitsAndFilter) {
+  const RunSpec run = python_run();
+  SeccompProgram program = SeccompProgram::default_policy();
+  std::vector<RlimitSetting> limits = {{RLIMIT_NOFILE, {256, 256}}, {RLIMIT_CORE, {0, 0}},
+                                       {RLIMIT_STACK, {RLIM_INFINITY, RLIM_INFINITY}}};
+  auto j = nlohmann::json::parse(fork_request(run, limits, program));
+  std::vector<std::string> tmpfs;
+  for (const auto& t : j["tmpfs"]) tmpfs.push_back(t["target"]);
+  EXPECT_NE(std::find(tmpfs.begin(), tmpfs.end(), "/tmp"), tmpfs.end());
+  EXPECT_NE(std::find(tmpfs.begin(), tmpfs.end(), "/dev/shm"), tmpfs.end());
+  EXPECT_EQ(j["workspace"]["path"], run.workspace->inside_path);
+  // Only /proc's masks: the others come from the fork server's own view.
+  for (const auto& m : j["proc_mask_files"]) EXPECT_EQ(m.get<std::string>().rfind("/proc/", 0), 0u) << m;
+  for (const auto& m : j["proc_mask_dirs"]) EXPECT_EQ(m.get<std::string>().rfind("/proc/", 0), 0u) << m;
+  EXPECT_NE(j["proc_mask_dirs"].dump().find("/proc/sys"), std::string::npos);
+  EXPECT_EQ(j["proc_mask_files"].dump().find("/sys/firmware"), std::string::npos);
+  EXPECT_EQ(j["rlimits"][0], nlohmann::json({RLIMIT_NOFILE, 256, 256}));
+  EXPECT_EQ(j["rlimits"][2], nlohmann::json({RLIMIT_STACK, -1, -1})) << "Python's RLIM_INFINITY";
+  EXPECT_EQ(j["seccomp"].get<std::string>().size(), program.instruction_count() * sizeof(sock_filter) * 2);
+  EXPECT_EQ(j["notify"], true);
+  EXPECT_EQ(j["hostname"], run.hostname);
+  EXPECT_EQ(j["cwd"], run.cwd);
+}
+
+}  // namespace
+}  // namespace nsbox
