@@ -173,6 +173,11 @@ bool WarmPool::take(const std::string& key, int job_fd) {
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
     while (k.workers.size() < k.entry.size) {
+      // A few start at a time: a large pool refilling all at once would
+      // queue the runs being served behind its start-ups (on the fork
+      // server's socket, and on the kernel's cgroup lock on v1).
+      const auto starting = std::count_if(k.workers.begin(), k.workers.end(), [](const Worker& w) { return !w.ready; });
+      if (starting >= static_cast<std::ptrdiff_t>(kMaxStartingPerKey)) break;
       uint64_t held = 0, known = 0, count = 0;
       for (const auto& [_, other] : keys_) {
         held += other.keeper.memory_bytes;  // the fork server counts against the budget too

@@ -42,6 +42,10 @@ struct PoolEntry {
 // refills take what is left. Restored to the default when a run takes it.
 constexpr uint32_t kWarmingCpuWeight = 1;
 
+// How many warm sandboxes of one key start up at once; the rest of a refill
+// waits until one is ready.
+constexpr uint32_t kMaxStartingPerKey = 2;
+
 // The key a job is routed by: sha256 of the profile and the language.
 std::string pool_key(const std::string& profile_yaml, Language language);
 

@@ -158,6 +158,19 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
   EXPECT_EQ(fork_servers_of(node.pid()).size(), GetParam() ? 1u : 0u);
 }
 
+TEST(PoolRefill, AtMostTwoSandboxesPerKeyStartAtOnce) {
+  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 6\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  double most = 0;
+  for (int i = 0; i < 3000 && metric(node, "nsbox_pool_idle") < 12; ++i) {
+    most = std::max(most, metric(node, "nsbox_pool_starting"));
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(metric(node, "nsbox_pool_idle"), 12) << "the pool did not fill";
+  EXPECT_LE(most, 4) << "two keys (Python, JavaScript), at most two starting each";
+  EXPECT_GE(most, 1);
+}
+
 class PoolLeaks : public ::testing::TestWithParam<bool> {};
 INSTANTIATE_TEST_SUITE_P(Kinds, PoolLeaks, ::testing::Bool(), kind_name);
 
