@@ -1,6 +1,8 @@
 #include "nsbox/doctor.h"
 
+#include <grp.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -37,6 +39,30 @@ int probe_unshare(int flags) {
   pid_t pid = ::fork();
   if (pid < 0) return errno;
   if (pid == 0) ::_exit(::unshare(flags) == 0 ? 0 : (errno & 0x7f));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+// Every namespace a fork server's child creates for a run.
+constexpr int kForkedRunNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                                     CLONE_NEWUTS | CLONE_NEWCGROUP;
+
+// The same as probe_unshare, as the sandbox's unprivileged host user (when
+// this process can become it) and without any capability.
+int probe_unprivileged_unshare(int flags, const HostIds& ids) {
+  pid_t pid = ::fork();
+  if (pid < 0) return errno;
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(ids.gid, ids.gid, ids.gid) != 0 ||
+                             ::setresuid(ids.uid, ids.uid, ids.uid) != 0))
+      ::_exit(EPERM);
+    if (::unshare(flags) != 0) ::_exit(errno & 0x7f);
+    // Some hosts let the namespace be created but withhold the capabilities
+    // in it (AppArmor's restrict_unprivileged_userns): try a mount.
+    ::_exit(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 ? 0 : (errno & 0x7f));
+  }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -82,6 +108,12 @@ void check_namespaces(Report& r) {
   HostIds ids = choose_host_ids();
   r.line(ids.uid != 0, true, "sandbox user 65534 maps to host uid " + std::to_string(ids.uid),
          ids.source);
+  // The fork server (profile key fork_server) has each run's child create
+  // its namespaces without any privilege, in a user namespace of its own:
+  // a host that allows user namespaces only to root refuses that.
+  err = probe_unprivileged_unshare(kForkedRunNamespaces, ids);
+  r.line(err == 0, false, "namespaces created without privilege (fork_server)",
+         err ? std::string(std::strerror(err)) + ": profiles with fork_server: true cannot run here" : "created");
 }
 
 void check_cgroups(Report& r) {

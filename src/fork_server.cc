@@ -2,6 +2,8 @@
 
 #include <sys/mount.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "nsbox/mounts.h"
@@ -35,6 +37,14 @@ std::string fork_server_refusal(const RunSpec& spec) {
   if (spec.egress) return "network.mode egress is not offered by the fork server (its proxy is per sandbox)";
   if (spec.stdio != StdioMode::kCapture || !spec.capture_fd3) return "the fork server runs agent code only";
   if (spec.workspace && !spec.workspace->inputs.empty()) return "the fork server's workspaces take no input files";
+  // A run mounts fresh tmpfs on these, which would hide binds below them.
+  std::vector<std::string> fresh = {"/tmp", "/dev/shm"};
+  for (const auto& t : spec.tmpfs) fresh.push_back(t.target);
+  if (spec.workspace) fresh.push_back(spec.workspace->inside_path);
+  for (const auto& b : spec.binds)
+    for (const auto& f : fresh)
+      if (b.target.rfind(f + "/", 0) == 0)
+        return "the bind mount on " + b.target + " lies under " + f + ", which each forked run mounts afresh";
   return "";
 }
 
@@ -64,7 +74,11 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   json tmpfs = json::array();
   tmpfs.push_back({{"target", "/dev/shm"}, {"flags", kNoDevSuid | MS_NOEXEC}, {"data", "mode=1777," + tmp_size}});
   tmpfs.push_back({{"target", "/tmp"}, {"flags", kNoDevSuid}, {"data", "mode=1777," + tmp_size}});
-  for (const auto& t : spec.tmpfs)
+  std::vector<TmpfsMount> own = spec.tmpfs;  // parents before children
+  std::stable_sort(own.begin(), own.end(), [](const TmpfsMount& a, const TmpfsMount& b) {
+    return std::count(a.target.begin(), a.target.end(), '/') < std::count(b.target.begin(), b.target.end(), '/');
+  });
+  for (const auto& t : own)
     tmpfs.push_back(
         {{"target", t.target}, {"flags", kNoDevSuid}, {"data", "mode=1777,size=" + std::to_string(t.size_bytes)}});
   Masks masks = masks_for(spec);

@@ -124,6 +124,7 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           k.keeper.ctl.reset();  // it is ending; reaped by the spawner, restarted by refill
           k.fork_server.reset();
+          note_failure(k);
         }
         break;
       }
@@ -133,6 +134,7 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
         ssize_t n = ::recv(it->ctl.get(), &ready, sizeof ready, MSG_DONTWAIT);
         if (n == static_cast<ssize_t>(sizeof ready) && ready.tag == 'R' && !it->ready) {
           it->ready = true;
+          k.failures = 0;
           it->memory_bytes = ready.memory_bytes;
           stats_->refills.fetch_add(1);
           stats_->refill_ms_total.fetch_add(static_cast<uint64_t>(
@@ -140,6 +142,7 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           // The worker is gone (its sandbox failed or died): it is reaped
           // by the spawner, and replaced by the next refill.
+          if (!it->ready) note_failure(k);
           k.workers.erase(it);
         }
         break;
@@ -170,8 +173,29 @@ bool WarmPool::take(const std::string& key, int job_fd) {
   return false;
 }
 
+void WarmPool::note_failure(Key& k) {
+  // A sandbox that cannot start (a broken profile, a missing rootfs, a host
+  // that refuses a namespace) would otherwise be retried in a busy loop.
+  ++k.failures;
+  const auto delay = kFirstRetryDelay * (1 << std::min<uint32_t>(k.failures - 1, 10));
+  k.retry_at = Clock::now() + std::min<Clock::duration>(delay, kMaxRetryDelay);
+}
+
+std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
+  std::optional<std::chrono::milliseconds> soonest;
+  const auto now = Clock::now();
+  for (const auto& [key, k] : keys_) {
+    if (k.failures == 0 || k.workers.size() >= k.entry.size) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(k.retry_at - now) + std::chrono::milliseconds(1);
+    left = std::max(left, std::chrono::milliseconds(0));
+    if (!soonest || left < *soonest) soonest = left;
+  }
+  return soonest;
+}
+
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
+    if (k.failures > 0 && Clock::now() < k.retry_at) continue;
     while (k.workers.size() < k.entry.size) {
       // A few start at a time: a large pool refilling all at once would
       // queue the runs being served behind its start-ups (on the fork
@@ -245,9 +269,12 @@ bool WarmPool::start_keeper(Key& k, std::vector<pid_t>& children) {
 void WarmPool::forget(pid_t pid) {
   for (auto& [key, k] : keys_) {
     if (k.keeper.pid == pid) {
+      if (k.keeper.ctl) note_failure(k);  // it ended before its control socket said so
       k.keeper = Worker{};
       k.fork_server.reset();
     }
+    for (const auto& w : k.workers)
+      if (w.pid == pid && !w.ready) note_failure(k);
   }
   for (auto& [key, k] : keys_)
     k.workers.erase(std::remove_if(k.workers.begin(), k.workers.end(), [&](const Worker& w) { return w.pid == pid; }),

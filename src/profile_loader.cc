@@ -486,6 +486,15 @@ void check_fork_server(const Draft& d) {
   if (d.p.network == NetworkMode::kEgress)
     d.fork_server_origin->fail("cannot be combined with network mode egress: the egress proxy is per sandbox, "
                                "and the fork server's runs share none");
+  // Each forked run mounts these afresh, which would hide a bind below them.
+  std::vector<std::string> fresh = {"/tmp", "/dev/shm"};
+  for (const auto& t : d.p.tmpfs) fresh.push_back(t.path);
+  if (d.p.workspace) fresh.push_back(d.p.workspace->path);
+  for (size_t i = 0; i < d.p.mounts.size(); ++i)
+    for (const auto& f : fresh)
+      if (d.p.mounts[i].target.rfind(f + "/", 0) == 0)
+        d.mount_origins[i].fail("lies under " + f + ", which each run of a fork server (fork_server: true) mounts "
+                                "afresh, hiding this mount");
 }
 
 void check_collisions(const Draft& d) {

@@ -602,6 +602,7 @@ struct PreparedRun::State {
   Pipe sync;                           // the write end stays open for the whole run
   UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
   UniqueFd listener;                   // a forked run's seccomp listener, received in prepare
+  UniqueFd fork_link;                  // a forked run's socket to its PID 1: closing it ends the run
   std::optional<OutputCapture> out, err, fd3;
   std::optional<SandboxProcess> proc;
   bool finished = false;
@@ -838,7 +839,14 @@ namespace {
 // How long a fork server may take to answer each step of a fork.
 constexpr int kForkStepTimeoutMs = 10000;
 
-// Sends a fork request: text and fds in one message (SCM_RIGHTS).
+// Whether the process of pidfd is still alive (its pid still names it).
+bool alive(int pidfd) {
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+// Sends a fork request: text and fds in one message (SCM_RIGHTS). Waits for
+// room in the socket up to the step timeout (a stuck fork server).
 void send_fork_request(int sock, const std::string& text, const int (&fds)[kForkRequestFds]) {
   iovec iov{const_cast<char*>(text.data()), text.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kForkRequestFds)] = {};
@@ -852,8 +860,12 @@ void send_fork_request(int sock, const std::string& text, const int (&fds)[kFork
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * kForkRequestFds);
   std::memcpy(CMSG_DATA(c), fds, sizeof(int) * kForkRequestFds);
-  while (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
-    if (errno != EINTR) throw SysError("send fork request", "fork server", errno);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(kForkStepTimeoutMs);
+  while (::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || Clock::now() >= deadline) throw SysError("send fork request", "fork server", errno);
+    pollfd p{sock, POLLOUT, 0};
+    ::poll(&p, 1, ms_until(deadline));
   }
 }
 
@@ -877,7 +889,7 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
   char byte = 0;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -897,10 +909,17 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
       ucred cred{};
       std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
       pid = cred.pid;
-    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && fd) {
-      int received = -1;
-      std::memcpy(&received, CMSG_DATA(c), sizeof received);
-      fd->reset(received);
+    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+        if (fd && i == 0) {
+          fd->reset(received);
+        } else {
+          ::close(received);  // nothing else is expected
+        }
+      }
     }
   }
   if (fd && !*fd) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
@@ -960,22 +979,33 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
 
     // The forked child waits, before it unshares anything, until it is in
     // the run's cgroup: everything of the run is born in there.
-    const pid_t forked = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "forked child");
+    UniqueFd forked_pidfd;
+    const pid_t forked = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "forked child", &forked_pidfd);
+    // The child waits for the answer, so its pid cannot have been reused
+    // unless it was killed: checked right before the write.
+    if (!alive(forked_pidfd.get())) throw SysError("fork server", "the forked child died before its cgroup move", ESRCH);
     cgroup->add_process(forked);
     if (::send(run_sock.get(), "c", 1, MSG_NOSIGNAL) != 1) throw SysError("send", "fork server child", errno);
-    const pid_t init = expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init");
-    long pidfd = ::syscall(SYS_pidfd_open, init, 0);
-    if (pidfd < 0) throw SysError("pidfd_open", "forked run init", errno);
-    st->proc.emplace(init, UniqueFd(static_cast<int>(pidfd)), false);
+    UniqueFd init_pidfd;
+    const pid_t init = expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &init_pidfd);
+    st->proc.emplace(init, std::move(init_pidfd), false);
     if (spec.workspace) {
-      // Opened now, before any of the run's code exists; read after the run.
-      const std::string path = "/proc/" + std::to_string(init) + "/root" + spec.workspace->inside_path;
-      st->workspace_dir.reset(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      // Opened while PID 1 is alive (so /proc/PID is it), before any user
+      // code has arrived; read after the run.
+      UniqueFd proc_dir(::open(("/proc/" + std::to_string(init)).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!proc_dir || !alive(st->proc->pidfd()))
+        throw SysError("open", "/proc of the forked run's PID 1", proc_dir ? ESRCH : errno);
+      const std::string path = "root" + spec.workspace->inside_path;
+      st->workspace_dir.reset(::openat(proc_dir.get(), path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!st->workspace_dir) throw SysError("open", "the forked run's workspace " + spec.workspace->inside_path, errno);
     }
+    // The workload sends its filter's listener just before it runs the runner.
     if (program.notifies()) expect_from_fork(run_sock.get(), 'L', errors.read.get(), "seccomp listener", &st->listener);
     st->error_read = std::move(errors.read);
     st->report_read = std::move(reports.read);
+    // Held open for the whole run: PID 1 exits, ending the run, when it
+    // hangs up (this process died), as a started PID 1 dies with it.
+    st->fork_link = std::move(run_sock);
   } catch (const SysError& e) {
     fail_preparation(*st, e);
   }

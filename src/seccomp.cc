@@ -179,36 +179,54 @@ SeccompProgram SeccompProgram::fork_server_policy() {
   return deny_list({"unshare", "mount", "sethostname"}, false);
 }
 
+namespace {
+
+// Without a listener, a denied call is SECCOMP_RET_TRACE: with no tracer
+// (ptrace is denied to everyone inside) it fails with ENOSYS. Unlike ERRNO
+// and KILL, TRACE ranks below USER_NOTIF, so where a run's own filter is
+// stacked on this one, that filter's answer (its supervisor's EPERM, with
+// the call counted) wins.
+uint32_t quiet_deny_action(int err) { return err == EPERM ? SCMP_ACT_TRACE(0) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); }
+
+}  // namespace
+
 SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, bool notifies) {
   SeccompProgram program;
   auto& rules = program.rules_;
   program.notifies_ = notifies;
   FilterCtx ctx = new_filter(SCMP_ACT_ALLOW, "default policy", rules, notifies);
-  auto action = [&](int err) { return notifies ? deny_action(err) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); };
+  auto action = [&](int err) { return notifies ? deny_action(err) : quiet_deny_action(err); };
+  if (!notifies) {
+    // Calls of another ABI likewise: a run's filter names them and ends the run.
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_TRACE(0)), "badarch");
+    rules.back() = {"(any)", "architecture is not x86_64 (i386, x32)", "ENOSYS",
+                    "another ABI's syscall numbers would bypass this filter"};
+  }
+  const char* eperm = notifies ? "EPERM" : "ENOSYS";
 
   for (const auto& rule : kDenyRules) {
     if (allowed.count(rule.syscall)) continue;
     check(seccomp_rule_add(ctx.get(), action(rule.err), resolve(rule.syscall), 0), rule.syscall);
-    rules.push_back({rule.syscall, "", rule.err == EPERM ? "EPERM" : "ENOSYS", rule.reason});
+    rules.push_back({rule.syscall, "", rule.err == EPERM ? eperm : "ENOSYS", rule.reason});
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
     check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1,
                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);
-    rules.push_back({"clone", std::string("flags has ") + name, "EPERM",
+    rules.push_back({"clone", std::string("flags has ") + name, eperm,
                      "nested namespaces are kernel attack surface"});
   }
   for (const auto& [request, name] : kDeniedIoctls) {
     check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("ioctl"), 1,
                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffu, request)),
           std::string("ioctl ") + name);
-    rules.push_back({"ioctl", std::string("request is ") + name, "EPERM",
+    rules.push_back({"ioctl", std::string("request is ") + name, eperm,
                      "injecting input into or steering a shared terminal"});
   }
   check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1,
                          SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
         "personality");
-  rules.push_back({"personality", "persona is not 0xffffffff (query)", "EPERM",
+  rules.push_back({"personality", "persona is not 0xffffffff (query)", eperm,
                    "changing the execution domain, e.g. disabling ASLR"});
 
   program.finish(ctx.get());

@@ -326,8 +326,12 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
     if (ready < 0 && errno != EINTR) return;
     if (fds[0].revents) return;
     if (fds[1].revents) retired_at = std::chrono::steady_clock::now();
-    if (retired_at && (children_of(zygote.pid()).size() <= 1 || std::chrono::steady_clock::now() - *retired_at > grace))
-      return;
+    if (!retired_at) continue;
+    // Done when only the zygote is left beside PID 1 and it has no child in
+    // the middle of a fork (setting a run up) either.
+    const std::vector<pid_t> left = children_of(zygote.pid());
+    const bool idle = left.size() <= 1 && (left.empty() || children_of(left[0]).empty());
+    if (idle || std::chrono::steady_clock::now() - *retired_at > grace) return;
   }
 }
 
@@ -430,7 +434,10 @@ void configure_pool(WarmPool& pool, int fd) {
   while (!closing || !workers.empty()) {
     std::vector<pollfd> fds = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
     pool.add_pollfds(fds);
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) ::_exit(1);
+    // Wakes up for a key held back after failures, to start it again.
+    const auto retry = pool.next_retry();
+    const int timeout = closing || !retry ? -1 : static_cast<int>(std::min<int64_t>(retry->count(), 60000));
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) ::_exit(1);
     if (fds[0].revents) {
       signalfd_siginfo info;
       while (::read(sfd.get(), &info, sizeof info) > 0) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ constexpr uint32_t kWarmingCpuWeight = 1;
 // How many warm sandboxes of one key start up at once; the rest of a refill
 // waits until one is ready.
 constexpr uint32_t kMaxStartingPerKey = 2;
+
+// After a warm sandbox (or fork server) of a key ends before it was ready,
+// the key's next start waits: 100 ms, doubling with each failure in a row,
+// at most 10 s. One that becomes ready resets it.
+constexpr std::chrono::milliseconds kFirstRetryDelay{100};
+constexpr std::chrono::milliseconds kMaxRetryDelay{10000};
 
 // The key a job is routed by: sha256 of the profile and the language.
 std::string pool_key(const std::string& profile_yaml, Language language);
@@ -111,6 +118,10 @@ class WarmPool {
   // A pool worker ended (reaped by the spawner).
   void forget(pid_t pid);
 
+  // How long until a key held back after failures may start again (the
+  // spawner's poll timeout), or nullopt when none is held back.
+  std::optional<std::chrono::milliseconds> next_retry() const;
+
   // Retires every idle sandbox (the spawner is shutting down).
   void retire_all();
 
@@ -130,7 +141,11 @@ class WarmPool {
     std::vector<Worker> workers;  // starting or ready
     Worker keeper;                // entry.fork_server: the fork server's keeper (pid -1: none)
     UniqueFd fork_server;         // where the key's workers send their fork requests
+    uint32_t failures = 0;        // starts in a row that ended before being ready
+    std::chrono::steady_clock::time_point retry_at;  // no start before (after failures)
   };
+
+  void note_failure(Key& k);
 
   void retire(Worker& w);
   // Starts the key's fork server keeper; false when it could not.

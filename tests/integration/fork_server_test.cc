@@ -2,6 +2,9 @@
 // sandboxed exactly like runs started from nothing, each in namespaces and a
 // cgroup of its own, and the fork server itself holds no privilege.
 #include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <fstream>
 #include <thread>
@@ -52,7 +55,9 @@ def main(args):
     attempts = {}
     for name, call in [('unshare', lambda: libc.unshare(0x10000000)),
                        ('mount', lambda: libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)),
-                       ('sethostname', lambda: libc.sethostname(b'x', 1))]:
+                       ('sethostname', lambda: libc.sethostname(b'x', 1)),
+                       ('ptrace', lambda: libc.ptrace(16, 1, 0, 0)),
+                       ('keyctl', lambda: libc.syscall(250, 0, 0, 0, 0))]:
         attempts[name] = [call(), ctypes.get_errno()]
     try:
         open('/usr/nsbox-probe', 'w')
@@ -94,6 +99,11 @@ TEST_F(ForkServer, ARunSeesWhatAStartedRunSees) {
   EXPECT_EQ(forked["return"]["attempts"]["unshare"], json({-1, EPERM}));
   EXPECT_EQ(forked["denied_syscalls"], started["denied_syscalls"]);
   EXPECT_EQ(forked["denied_syscalls"]["mount"], 1) << forked.dump();
+  // Also the calls the fork server's own filter denies: the run's filter,
+  // stacked on it, answers them.
+  EXPECT_EQ(forked["denied_syscalls"]["ptrace"], 1) << forked.dump();
+  EXPECT_EQ(forked["denied_syscalls"]["keyctl"], 1) << forked.dump();
+  EXPECT_EQ(forked["return"]["attempts"]["ptrace"], json({-1, EPERM}));
   EXPECT_EQ(forked["return"]["caps"], json({"0000000000000000", "0000000000000000", "0000000000000000",
                                             "0000000000000000", "0000000000000000"}));
 }
@@ -177,6 +187,42 @@ TEST_F(ForkServer, ReplacedWhenItDies) {
   json r = run_as(node_, "def main(args):\n    return 7", true);
   EXPECT_EQ(r["return"], 7) << r.dump();
   EXPECT_EQ(r["pool"], "warm");
+}
+
+// The process that created the run cgroup pid is in (its name is
+// run-<creator pid>-<start time>-<n>), or 0.
+pid_t cgroup_creator(pid_t pid) {
+  const std::string cgroups = slurp("/proc/" + std::to_string(pid) + "/cgroup");
+  size_t at = cgroups.find("/run-");
+  return at == std::string::npos ? 0 : static_cast<pid_t>(std::atoi(cgroups.c_str() + at + 5));
+}
+
+TEST_F(ForkServer, ARunEndsWhenItsSupervisorDies) {
+  const std::string marker = unique_token("sleep-");
+  json r;
+  std::thread run([&] {
+    r = run_as(node_, "import subprocess, time\ndef main(args):\n    subprocess.Popen(['sh', '-c', 'sleep 1019 # " +
+                          marker + "'])\n    time.sleep(60)", true);
+  });
+  ASSERT_TRUE(wait_for_process(marker, 20000)) << node_.log();
+  // A forked run's PID 1 is not its supervisor's child: no PR_SET_PDEATHSIG
+  // ties them. The supervisor is the pool worker that made its cgroup.
+  const std::vector<pid_t> in_run = host_pids_with_cmdline(marker);
+  ASSERT_FALSE(in_run.empty());
+  const pid_t supervisor = cgroup_creator(in_run[0]);
+  ASSERT_GT(supervisor, 1) << slurp("/proc/" + std::to_string(in_run[0]) + "/cgroup");
+  ASSERT_EQ(slurp("/proc/" + std::to_string(supervisor) + "/comm"), "nsbox-warm\n");
+  ASSERT_EQ(::kill(supervisor, SIGKILL), 0);
+  EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its supervisor";
+  run.join();
+  EXPECT_NE(r.value("status", ""), "ok") << r.dump();
+  // The killed supervisor could not remove the run's (now empty) cgroup;
+  // nsbox removes such cgroups when it next starts. The test does it now.
+  const std::string prefix = "/run-" + std::to_string(supervisor) + "-";
+  for (const auto& dir : orphaned_run_cgroups())
+    if (dir.find(prefix) != std::string::npos) {
+      EXPECT_EQ(::rmdir(dir.c_str()), 0) << dir << ": " << std::strerror(errno);
+    }
 }
 
 TEST_F(ForkServer, AMissIsForkedToo) {

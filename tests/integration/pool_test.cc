@@ -1,10 +1,12 @@
 // The node's warm pool: sandboxes started ahead of their run, one per run,
 // never reused. Functional tests only (docs/PERFORMANCE.md has the timings).
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -169,6 +171,36 @@ TEST(PoolRefill, AtMostTwoSandboxesPerKeyStartAtOnce) {
   EXPECT_EQ(metric(node, "nsbox_pool_idle"), 12) << "the pool did not fill";
   EXPECT_LE(most, 4) << "two keys (Python, JavaScript), at most two starting each";
   EXPECT_GE(most, 1);
+}
+
+// CPU seconds a process and its reaped children used (/proc/PID/stat).
+double cpu_seconds_with_children(pid_t pid) {
+  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 17 && rest >> field; ++i)
+    if (i >= 14) ticks += std::stod(field);  // utime, stime, cutime, cstime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+TEST(PoolRefill, ASandboxThatCannotStartIsRetriedWithBackoff) {
+  TempDir dir;
+  const std::string profile = dir.write("broken.yaml", "name: broken\nextends: default\nfilesystem:\n  rootfs: /nonexistent-rootfs\n");
+  NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  pid_t spawner = 0;
+  for (pid_t pid : descendants_with_cmdline(node.pid(), "serve"))
+    if (slurp("/proc/" + std::to_string(pid) + "/comm") == "nsbox-spawner\n") spawner = pid;
+  ASSERT_GT(spawner, 0);
+  std::this_thread::sleep_for(500ms);
+  const double before = cpu_seconds_with_children(spawner);
+  std::this_thread::sleep_for(3s);
+  // Retrying at once, the spawner and its workers would keep a CPU busy.
+  EXPECT_LT(cpu_seconds_with_children(spawner) - before, 0.5);
+  // The node still answers, with the reason.
+  json r = run_v1(node, "def main(args):\n    return 1");
+  EXPECT_NE(r.dump().find("nonexistent-rootfs"), std::string::npos) << r.dump();
 }
 
 class PoolLeaks : public ::testing::TestWithParam<bool> {};

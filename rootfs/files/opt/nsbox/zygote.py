@@ -12,10 +12,12 @@ fresh namespaces of its own before any user code exists:
             zygote's, mapping the same single uid and gid);
          -> init (PID 1 of the run): fresh /proc with its masks, fresh /tmp,
             /dev/shm, /dev/pts, workspace and profile tmpfs, lo up,
-            hostname; says its pid; drops every capability; no_new_privs;
-            loads the run's seccomp filter and hands its listener over;
+            hostname; hands nsbox a pidfd of itself; rlimits; drops every
+            capability; no_new_privs; then only reaps, and exits when nsbox
+            hangs up the run socket;
          -> workload (PID 2): stdio and fd 3 from the request, cwd, env,
-            then the runner, exactly as `python3 runner.py` would run it.
+            the run's seccomp filter last (its listener goes to nsbox), then
+            the runner, exactly as `python3 runner.py` would run it.
 
 The request is one SOCK_SEQPACKET message from nsbox: b"F" and the run's
 settings as JSON, with the fds [run socket, stdin, stdout, stderr, result,
@@ -224,8 +226,9 @@ def _apply_rlimits(limits):
             raise SetupError("setrlimit", str(res), getattr(e, "errno", None) or 22)
 
 
-def _become_workload(cfg, fds, error_fd):
-    """PID 2: the runner, with the run's stdio and result fd."""
+def _become_workload(cfg, fds, error_fd, sock):
+    """PID 2: the runner, with the run's stdio and result fd; its seccomp
+    filter is loaded last, as a started run's workload's is."""
     stdin, stdout, stderr, result = fds[1], fds[2], fds[3], fds[4]
     os.dup2(stdin, 0)
     os.dup2(stdout, 1)
@@ -243,8 +246,16 @@ def _become_workload(cfg, fds, error_fd):
     _set_cmdline([sys.orig_argv[0], "/opt/nsbox/runner.py"])
     _set_name(b"python3")
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    # Everything else the zygote or nsbox handed down goes, the error fd
-    # with it: at end of file, setup is over.
+    listener = _load_seccomp(cfg["seccomp"], cfg["notify"])
+    if listener >= 0:
+        try:
+            socket.send_fds(sock, [b"L"], [listener])
+        except OSError as e:
+            raise SetupError("sendmsg", "seccomp listener", e.errno)
+        os.close(listener)
+    # Everything else the zygote or nsbox handed down goes, the run socket
+    # and the error fd with it: at end of file, setup is over.
+    sock.detach()
     os.closerange(4, 1 << 20)
     sys.argv = ["/opt/nsbox/runner.py"]
     runner.main()  # never returns
@@ -263,21 +274,20 @@ def _run_init(cfg, fds):
     except OSError as e:
         raise SetupError("sethostname", cfg["hostname"], e.errno)
     sock = socket.socket(fileno=run_sock)
-    sock.send(b"I")  # nsbox learns this process's pid from the credentials
+    # nsbox learns this process's pid from the credentials, and gets a pidfd
+    # of it: a pid alone could be reused once the process is gone.
+    me = os.pidfd_open(os.getpid())
+    socket.send_fds(sock, [b"I"], [me])
+    os.close(me)
     _apply_rlimits(cfg["rlimits"])
     _drop_privileges()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    listener = _load_seccomp(cfg["seccomp"], cfg["notify"])
-    if listener >= 0:
-        socket.send_fds(sock, [b"L"], [listener])
-        os.close(listener)
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     workload = os.fork()
     if workload == 0:
         try:
-            sock.detach()
             os.close(report_fd)
-            _become_workload(cfg, fds, error_fd)
+            _become_workload(cfg, fds, error_fd, sock)
         except SetupError as e:
             _report_failure(error_fd, e.step, e.obj, e.err)
         except BaseException as e:  # a zygote bug: say it rather than hang the run
@@ -285,39 +295,72 @@ def _run_init(cfg, fds):
         os._exit(SETUP_FAILED_EXIT)
     for fd in fds[1:6]:
         os.close(fd)
-    sock.close()
     # Nothing of the fork server's stays open here (its stdout and stderr).
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
-    _reap_until_workload_ends(workload, report_fd)
+    _reap_until_workload_ends(workload, report_fd, sock)
 
 
-def _reap_until_workload_ends(workload, report_fd):
+def _reap_until_workload_ends(workload, report_fd, sock):
+    """Reaps every child until the workload ends, then reports it. The run
+    socket stays open on nsbox's side for the whole run: its end means nsbox
+    is gone, and PID 1 exits, which ends every process of the run (a started
+    run's PID 1 dies with the supervisor the same way, PR_SET_PDEATHSIG)."""
+    import select
+
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+    while True:
+        status = _reap_exited(workload)
+        if status is not None:
+            break
+        ready, _, _ = select.select([sock, wake_read], [], [])
+        if sock in ready and not sock.recv(1):
+            os._exit(SETUP_FAILED_EXIT)
+        if wake_read in ready:
+            while True:
+                try:
+                    if not os.read(wake_read, 512):
+                        break
+                except BlockingIOError:
+                    break
+    _report_workload_end(status, report_fd)
+
+
+def _reap_exited(workload):
+    """Reaps every exited child; the workload's wait status once it is one."""
     while True:
         try:
-            pid, status = os.waitpid(-1, WALL)
+            pid, status = os.waitpid(-1, os.WNOHANG | WALL)
         except ChildProcessError:
-            os._exit(SETUP_FAILED_EXIT)
-        except InterruptedError:
-            continue
-        if pid != workload:
-            continue
-        alone = 1
-        while True:  # reap the exited orphans; alone when none is left
-            try:
-                if os.waitpid(-1, os.WNOHANG | WALL)[0] == 0:
-                    alone = 0
-                    break
-            except ChildProcessError:
+            os._exit(SETUP_FAILED_EXIT)  # the workload was never seen to end
+        if pid == 0:
+            return None
+        if pid == workload:
+            return status
+
+
+def _report_workload_end(status, report_fd):
+    """nsbox's InitReport (kind, value, alone), then PID 1 exits: the kernel
+    ends whatever is left of the run."""
+    alone = 1
+    while True:  # reap the exited orphans; alone when none is left
+        try:
+            if os.waitpid(-1, os.WNOHANG | WALL)[0] == 0:
+                alone = 0
                 break
-        if os.WIFSIGNALED(status):
-            kind, value = 2, os.WTERMSIG(status)
-        else:
-            kind, value = 1, os.waitstatus_to_exitcode(status)
-        os.write(report_fd, struct.pack("iii", kind, value, alone))
-        os._exit(value if kind == 1 else 128 + value)
+        except ChildProcessError:
+            break
+    if os.WIFSIGNALED(status):
+        kind, value = 2, os.WTERMSIG(status)
+    else:
+        kind, value = 1, os.waitstatus_to_exitcode(status)
+    os.write(report_fd, struct.pack("iii", kind, value, alone))
+    os._exit(value if kind == 1 else 128 + value)
 
 
 def _serve_one(message, fds):
@@ -329,7 +372,11 @@ def _serve_one(message, fds):
         cfg = json.loads(message[1:])
         cfg["seccomp"] = bytes.fromhex(cfg["seccomp"])
         sock = socket.socket(fileno=fds[0])
-        sock.send(b"P")  # nsbox moves this process into the run's cgroup
+        # nsbox moves this process into the run's cgroup; the pidfd lets it
+        # check the pid still names this process when it does.
+        me = os.pidfd_open(os.getpid())
+        socket.send_fds(sock, [b"P"], [me])
+        os.close(me)
         if sock.recv(1) != b"c":
             os._exit(SETUP_FAILED_EXIT)
         sock.detach()
