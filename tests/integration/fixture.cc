@@ -152,10 +152,22 @@ std::vector<pid_t> descendants_with_cmdline(pid_t ancestor, const std::string& n
 }
 
 std::vector<pid_t> fork_servers_of(pid_t node) {
-  // Not the children it forks: they show its command line until they set their own.
+  // Not the processes it forks, which show its command line until they set
+  // their own: its children (parent zygote.py) and the runs' PID 1 and
+  // workload, which live one pid namespace deeper (NSpid: host, fork
+  // server's sandbox, run).
   std::vector<pid_t> found;
-  for (pid_t pid : descendants_with_cmdline(node, kForkServerScript))
-    if (!process_alive_with_cmdline(parent_of(pid), kForkServerScript)) found.push_back(pid);
+  for (pid_t pid : descendants_with_cmdline(node, kForkServerScript)) {
+    if (process_alive_with_cmdline(parent_of(pid), kForkServerScript)) continue;
+    std::istringstream status(slurp("/proc/" + std::to_string(pid) + "/status"));
+    size_t levels = 0;
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("NSpid:", 0) != 0) continue;
+      std::istringstream ids(line.substr(6));
+      for (std::string id; ids >> id;) ++levels;
+    }
+    if (levels == 2) found.push_back(pid);
+  }
   return found;
 }
 
