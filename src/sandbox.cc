@@ -72,8 +72,12 @@ class SandboxProcess {
   ~SandboxProcess() {
     if (reaped_) return;
     kill();
+    if (!child_) {
+      wait_for_exit();
+      return;
+    }
     int status;
-    while (child_ && ::waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+    while (::waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
     }
   }
 
@@ -100,6 +104,22 @@ class SandboxProcess {
   }
 
  private:
+  // A forked PID 1 is reaped by its parent, but its pidfd turns readable
+  // once it has exited, and a PID 1 exits only after every other process
+  // of its pid namespace is gone. Waiting for that leaves the run's cgroup
+  // empty, so removing it needs no freeze (a kernel text patch on every
+  // CPU, twice). Bounded: a process stuck in the kernel is then frozen and
+  // killed with the cgroup as before.
+  void wait_for_exit() const {
+    pollfd p{pidfd_.get(), POLLIN, 0};
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+      const int ready = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+      if (ready > 0 || (ready < 0 && errno != EINTR)) return;
+    }
+  }
+
   pid_t pid_;
   UniqueFd pidfd_;
   bool child_ = true;
