@@ -11,6 +11,7 @@
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
+#include "nsbox/profile_loader.h"
 
 namespace nsbox {
 
@@ -55,6 +56,34 @@ std::vector<PoolEntry> pool_entries_from_json(const json& j, uint64_t& memory_bu
     out.push_back(std::move(entry));
   }
   return out;
+}
+
+void ParsedProfiles::keep(const std::vector<PoolEntry>& entries) {
+  decltype(parsed_) next;
+  for (const auto& e : entries) {
+    auto id = std::make_pair(e.profile_name, e.profile_yaml);
+    if (next.count(id)) continue;
+    if (auto it = parsed_.find(id); it != parsed_.end()) {
+      next.emplace(id, it->second);
+      continue;
+    }
+    try {
+      next.emplace(id, std::make_shared<const Profile>(load_profile_text(e.profile_yaml, e.profile_name, {})));
+    } catch (const std::exception&) {
+      // Not kept: the worker that needs it parses it and reports why it fails.
+    }
+  }
+  parsed_.swap(next);
+}
+
+std::shared_ptr<const Profile> ParsedProfiles::find(const std::string& name, const std::string& yaml) const {
+  auto it = parsed_.find(std::make_pair(name, yaml));
+  return it == parsed_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const Profile> ParsedProfiles::get(const std::string& name, const std::string& yaml) const {
+  if (auto found = find(name, yaml)) return found;
+  return std::make_shared<const Profile>(load_profile_text(yaml, name, {}));
 }
 
 void WarmPool::configure(std::vector<PoolEntry> entries, uint64_t memory_budget) {

@@ -228,11 +228,12 @@ void send_result(int job_fd, const json& result) {
 
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
-[[noreturn]] void worker_main(const Launcher& launcher, int job_fd, int fork_server) {
+[[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd,
+                              int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
   json result;
   try {
-    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, fork_server);
+    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles);
     if (!result.contains("pool")) result["pool"] = "cold";
   } catch (const std::exception& e) {
     result = failure_result(std::string("The sandbox could not be started: ") + e.what());
@@ -247,11 +248,13 @@ void send_result(int job_fd, const json& result) {
 // ctl, and waits. A job fd on ctl runs the job in it; ctl closing (retired)
 // or the sandbox dying ends it. Either way the sandbox is torn down before
 // the worker exits.
-void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl, int fork_server) {
+void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
+                      int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-warm", 0, 0, 0);
   int job_fd = -1;
   try {
-    const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
+    const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
+    const Profile& profile = *parsed;
     std::optional<ArtifactsDir> artifacts;
     RunSpec spec = exec_spec(job_spec(profile, artifacts), entry.language);
     std::unique_ptr<PreparedRun> prepared = fork_server >= 0
@@ -284,7 +287,7 @@ void pool_worker_main(const Launcher& launcher, const PoolEntry& entry, int ctl,
     if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      result = run_job(launcher, job, job_fd);
+      result = run_job(launcher, job, job_fd, -1, &profiles);
       result["pool"] = "cold";
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
@@ -316,7 +319,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 // Returns when the fork server's sandbox ended, or when ctl closed and every
 // run it forked has ended too (or their wall time is over). A forked run's
-// PID 1 is a child of the fork server sandbox's PID 1, next to the zygote.
+// PID 1 is a child of the zygote, or of the fork server sandbox's PID 1 once
+// the zygote is gone.
 void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time) {
   std::optional<std::chrono::steady_clock::time_point> retired_at;
   const auto grace = wall_time + std::chrono::seconds(5);
@@ -327,8 +331,8 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
     if (fds[0].revents) return;
     if (fds[1].revents) retired_at = std::chrono::steady_clock::now();
     if (!retired_at) continue;
-    // Done when only the zygote is left beside PID 1 and it has no child in
-    // the middle of a fork (setting a run up) either.
+    // Done when only the zygote is left beside PID 1 and it has no child
+    // (a run, or one being set up) either.
     const std::vector<pid_t> left = children_of(zygote.pid());
     const bool idle = left.size() <= 1 && (left.empty() || children_of(left[0]).empty());
     if (idle || std::chrono::steady_clock::now() - *retired_at > grace) return;
@@ -340,10 +344,12 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
 // When ctl closes (the key is retired) the runs it forked may still be
 // running: they live in the fork server's pid namespace, so it is torn down
 // only once they have ended, or after their wall time.
-void fork_server_keeper_main(const Launcher& launcher, const PoolEntry& entry, int ctl, int fork_server_end) {
+void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry,
+                             int ctl, int fork_server_end) {
   ::prctl(PR_SET_NAME, "nsbox-zygote", 0, 0, 0);
   try {
-    const Profile profile = load_profile_text(entry.profile_yaml, entry.profile_name, ProfileSearch{});
+    const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
+    const Profile& profile = *parsed;
     std::optional<ArtifactsDir> artifacts;
     const RunSpec run_spec = exec_spec(job_spec(profile, artifacts), entry.language);
     std::unique_ptr<PreparedRun> zygote = launcher.prepare(fork_server_spec(run_spec, fork_server_end));
@@ -382,12 +388,13 @@ void reap(std::set<pid_t>& workers, WarmPool& pool) {
 
 // A pool config from the server: JSON on the pipe whose read end came with
 // the message.
-void configure_pool(WarmPool& pool, int fd) {
+void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
   auto text = read_bounded(fd, kMaxPoolConfigBytes, 5000);
   if (!text) return;
   try {
     uint64_t budget = 0;
     auto entries = pool_entries_from_json(json::parse(*text), budget);
+    profiles.keep(entries);
     pool.configure(std::move(entries), budget);
   } catch (const std::exception&) {
     // A malformed config from our own server: keep the previous one.
@@ -416,16 +423,17 @@ void configure_pool(WarmPool& pool, int fd) {
     sfd.reset();
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
   };
+  ParsedProfiles profiles;
   WarmPool pool(
       stats,
       [&](const PoolEntry& entry, int ctl, int fork_server) {
         become_child();
-        pool_worker_main(*launcher, entry, ctl, fork_server);
+        pool_worker_main(*launcher, profiles, entry, ctl, fork_server);
         ::_exit(0);  // after the sandbox, its cgroup and workspace are gone
       },
       [&](const PoolEntry& entry, int ctl, int fork_server_end) {
         become_child();
-        fork_server_keeper_main(*launcher, entry, ctl, fork_server_end);
+        fork_server_keeper_main(*launcher, profiles, entry, ctl, fork_server_end);
         ::_exit(0);
       });
   ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
@@ -453,7 +461,7 @@ void configure_pool(WarmPool& pool, int fd) {
         closing = true;  // EOF: the server is gone or done: finish the runs, then exit
         pool.retire_all();
       } else if (fd >= 0 && tag == kPool) {
-        configure_pool(pool, fd);
+        configure_pool(pool, profiles, fd);
         ::close(fd);
       } else if (fd >= 0) {
         std::optional<std::string> key = read_job_key(fd);
@@ -467,7 +475,7 @@ void configure_pool(WarmPool& pool, int fd) {
                                      ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0)
                                      : -1);
             pool.close_in_child();
-            worker_main(*launcher, fd, fork_server.release());
+            worker_main(*launcher, profiles, fd, fork_server.release());
           }
           // On fork failure closing the job fd tells the server.
           try {
@@ -594,8 +602,12 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
   write_full(pipe.write.get(), text, "write", "pool config");
 }
 
-JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server) {
-  Profile profile = load_profile_text(job.profile_yaml, job.profile_name, ProfileSearch{});
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
+                  const ParsedProfiles* profiles) {
+  const std::shared_ptr<const Profile> parsed =
+      profiles ? profiles->get(job.profile_name, job.profile_yaml)
+               : std::make_shared<const Profile>(load_profile_text(job.profile_yaml, job.profile_name, {}));
+  const Profile& profile = *parsed;
   std::optional<ArtifactsDir> artifacts;
   RunSpec spec = job_spec(profile, artifacts);
   std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);

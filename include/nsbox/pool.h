@@ -14,12 +14,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "nsbox/profile.h"
 #include "nsbox/runtime.h"
 #include "nsbox/unique_fd.h"
 
@@ -59,6 +61,25 @@ std::string pool_key(const std::string& profile_yaml, Language language);
 nlohmann::ordered_json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget);
 // Throws nlohmann::json::exception or UsageError on a malformed config.
 std::vector<PoolEntry> pool_entries_from_json(const nlohmann::ordered_json& j, uint64_t& memory_budget);
+
+// The pool keys' profiles, parsed once by the spawner when a pool config
+// arrives. The workers it forks inherit them: a warm sandbox, or a job of a
+// pooled profile, then costs no YAML parse of its own.
+class ParsedProfiles {
+ public:
+  // Keeps the profiles of entries (parsing those not held yet) and drops
+  // the rest. A profile that does not parse is left out: whoever needs it
+  // parses it again and reports the error.
+  void keep(const std::vector<PoolEntry>& entries);
+  // The profile parsed from yaml (named name), or nullptr.
+  std::shared_ptr<const Profile> find(const std::string& name, const std::string& yaml) const;
+  // find, else a parse of yaml (throws ProfileError when it does not parse).
+  std::shared_ptr<const Profile> get(const std::string& name, const std::string& yaml) const;
+  size_t size() const { return parsed_.size(); }
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<const Profile>> parsed_;  // (name, yaml)
+};
 
 // Counters kept by the spawner in memory shared with the server (one
 // MAP_SHARED page), read for /metrics.

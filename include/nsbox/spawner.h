@@ -82,7 +82,9 @@ class Spawner {
 // The worker side, exposed for tests: runs job on launcher and builds the
 // result (no fork, no sockets).
 // fork_server, if >= 0, is the job's key's fork server (fork_server.h): a
-// Python run of a profile that asks for one is forked by it.
-JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server = -1);
+// Python run of a profile that asks for one is forked by it. profiles, if
+// given, may hold the job's profile already parsed.
+JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server = -1,
+                  const ParsedProfiles* profiles = nullptr);
 
 }  // namespace nsbox

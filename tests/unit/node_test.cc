@@ -406,5 +406,31 @@ TEST(PoolConfig, AForkServerIsForPythonOnly) {
   EXPECT_THROW(pool_entries_from_json(to_json({js}, 0), budget), UsageError);
 }
 
+TEST(ParsedProfiles, EachPoolProfileIsParsedOnceAndOnlyWhileItIsConfigured) {
+  const std::string a = "name: a\nfork_server: true\n", b = "name: b\n";
+  const std::string broken = "name: c\nno_such_key: 1\n";
+  ParsedProfiles profiles;
+  profiles.keep({{pool_key(a, Language::kPython), "a", a, Language::kPython, 2, true},
+                 {pool_key(a, Language::kJavaScript), "a", a, Language::kJavaScript, 1},
+                 {pool_key(broken, Language::kPython), "c", broken, Language::kPython, 1}});
+  EXPECT_EQ(profiles.size(), 1u) << "one profile for both languages; the broken one is not kept";
+  const std::shared_ptr<const Profile> parsed = profiles.find("a", a);
+  ASSERT_NE(parsed, nullptr);
+  EXPECT_EQ(parsed->name, "a");
+  EXPECT_TRUE(parsed->fork_server);
+  EXPECT_EQ(profiles.get("a", a), parsed) << "served from what was parsed, not parsed again";
+  EXPECT_EQ(profiles.find("b", b), nullptr);
+  EXPECT_EQ(profiles.get("b", b)->name, "b") << "not configured: parsed on demand";
+  EXPECT_THROW(profiles.get("c", broken), ProfileError) << "the error still reaches whoever needs the profile";
+
+  profiles.keep({{pool_key(a, Language::kPython), "a", a, Language::kPython, 2, true},
+                 {pool_key(b, Language::kPython), "b", b, Language::kPython, 1}});
+  EXPECT_EQ(profiles.find("a", a), parsed) << "a profile still configured is kept as it was";
+  ASSERT_NE(profiles.find("b", b), nullptr);
+  profiles.keep({{pool_key(b, Language::kPython), "b", b, Language::kPython, 1}});
+  EXPECT_EQ(profiles.find("a", a), nullptr) << "a profile no longer configured is dropped";
+  EXPECT_EQ(profiles.size(), 1u);
+}
+
 }  // namespace
 }  // namespace nsbox
