@@ -173,10 +173,12 @@ void SeccompProgram::finish(void* ctx) {
 SeccompProgram SeccompProgram::default_policy() { return deny_list({}, true); }
 
 SeccompProgram SeccompProgram::fork_server_policy() {
-  // What the fork server's child does to put a run into namespaces of its
-  // own (docs/SECURITY.md, "Fork server"). Without a listener, so that each
-  // run's filter, stacked on this one, can have its own.
-  return deny_list({"unshare", "mount", "sethostname"}, false);
+  // What the fork server does to put a run into namespaces of its own
+  // (docs/SECURITY.md, "Fork server"): clone with namespace flags, then
+  // unshare (the cgroup namespace), mount and sethostname in the run's PID 1.
+  // Without a listener, so that each run's filter, stacked on this one, can
+  // have its own.
+  return deny_list({"clone", "unshare", "mount", "sethostname"}, false);
 }
 
 namespace {
@@ -210,6 +212,7 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
     rules.push_back({rule.syscall, "", rule.err == EPERM ? eperm : "ENOSYS", rule.reason});
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
+    if (allowed.count("clone")) break;
     check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1,
                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);

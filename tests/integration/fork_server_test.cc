@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -152,6 +154,25 @@ std::string status_field(pid_t pid, const std::string& name) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind(name + ":", 0) == 0) return line.substr(name.size() + 2);
   return "";
+}
+
+// The fork server clones each run's PID 1 itself, straight into the run's
+// namespaces: no process stands between them (one fork fewer per run).
+TEST_F(ForkServer, ClonesEachRunsPid1Itself) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  // The forked tenant's one warm sandbox, ready (SetUp waited for it).
+  const std::vector<pid_t> children = children_of(zygotes[0]);
+  ASSERT_EQ(children.size(), 1u);
+  const pid_t init = children[0];
+  EXPECT_EQ(slurp("/proc/" + std::to_string(init) + "/comm"), "nsbox-init\n");
+  std::istringstream nspid(status_field(init, "NSpid"));
+  std::vector<std::string> levels{std::istream_iterator<std::string>(nspid), {}};
+  ASSERT_EQ(levels.size(), 3u) << "host, the fork server's pid namespace, the run's";
+  EXPECT_EQ(levels.back(), "1");
+  // Its user namespace is a child of the fork server's.
+  const auto zygote = host_namespaces(zygotes[0]);
+  EXPECT_NE(host_namespaces(init).at("user"), zygote.at("user"));
 }
 
 TEST_F(ForkServer, HoldsNoPrivilege) {

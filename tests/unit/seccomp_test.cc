@@ -51,16 +51,21 @@ TEST(DefaultPolicy, MoveKeepsProgramValid) {
 TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
   SeccompProgram fork = SeccompProgram::fork_server_policy();
   SeccompProgram def = SeccompProgram::default_policy();
-  // What its child needs to give a run namespaces of its own.
+  // What it needs to give a run namespaces of its own.
   for (const char* s : {"unshare", "mount", "sethostname"}) {
     EXPECT_FALSE(has_rule(fork, s, "EPERM")) << s;
+    EXPECT_FALSE(has_rule(fork, s, "ENOSYS")) << s;
     EXPECT_TRUE(has_rule(def, s, "EPERM")) << s;
   }
+  // clone with namespace flags: the run's PID 1 is cloned into them.
+  EXPECT_FALSE(has_rule(fork, "clone", "ENOSYS"));
+  EXPECT_TRUE(has_rule(def, "clone", "EPERM"));
   // Everything else of the default policy stays denied: ENOSYS in the
   // kernel (SECCOMP_RET_TRACE without a tracer), which ranks below a run's
   // own notifying filter, so that a run's denied calls reach its supervisor.
   for (const auto& r : def.rules()) {
-    if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname") continue;
+    if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname" || r.syscall == "clone")
+      continue;
     EXPECT_TRUE(has_rule(fork, r.syscall, r.action == "EPERM" ? "ENOSYS" : r.action == "KILL_PROCESS" ? "ENOSYS" : r.action))
         << r.syscall << " " << r.condition;
   }

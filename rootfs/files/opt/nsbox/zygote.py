@@ -3,18 +3,19 @@
 Runs as the workload of its own sandbox (its own user, mount, pid, net, ipc
 and uts namespaces and cgroup, no capabilities, no_new_privs, a seccomp
 filter), with the runner and json already imported. It never runs user code
-itself. For each request on fd 3 it forks a child that puts the run into
-fresh namespaces of its own before any user code exists:
+itself. For each request on fd 3 it forks the run's PID 1 straight into
+fresh namespaces of its own, before any user code exists:
 
-  zygote -> child: says its pid (SCM_CREDENTIALS) and waits while nsbox
-            moves it into the run's cgroup; unshares user, mount, pid, net,
-            ipc, uts and cgroup namespaces (a user namespace nested in the
-            zygote's, mapping the same single uid and gid);
-         -> init (PID 1 of the run): fresh /proc with its masks, fresh /tmp,
-            /dev/shm, /dev/pts, workspace and profile tmpfs, lo up,
-            hostname; hands nsbox a pidfd of itself; rlimits; drops every
-            capability; no_new_privs; then only reaps, and exits when nsbox
-            hangs up the run socket;
+  zygote -> init (PID 1 of the run), cloned into new user, mount, pid, net,
+            ipc and uts namespaces (a user namespace nested in the
+            zygote's): says its pid (SCM_CREDENTIALS) and waits while nsbox
+            moves it into the run's cgroup; maps the same single uid and gid
+            as the zygote's; a new cgroup namespace rooted at the run's
+            cgroup; fresh /proc with its masks, fresh /tmp, /dev/shm,
+            /dev/pts, workspace and profile tmpfs, lo up, hostname; hands
+            nsbox a pidfd of itself; rlimits; drops every capability;
+            no_new_privs; then only reaps, and exits when nsbox hangs up
+            the run socket;
          -> workload (PID 2): stdio and fd 3 from the request, cwd, env,
             the run's seccomp filter last (its listener goes to nsbox), then
             the runner, exactly as `python3 runner.py` would run it.
@@ -48,8 +49,9 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-RUN_NAMESPACES = (CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-                  | CLONE_NEWUTS | CLONE_NEWCGROUP)
+# The cgroup namespace comes later, once PID 1 is in the run's cgroup: it is
+# rooted where its creator is.
+CLONE_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -64,7 +66,7 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE and
 # their locks: what nsbox's own child sets (caps.cc).
 SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
-SYS_CAPSET, SYS_SECCOMP = 126, 317
+SYS_CLONE, SYS_CAPSET, SYS_SECCOMP = 56, 126, 317
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 8
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SIOCSIFFLAGS = 0x8914
@@ -76,6 +78,11 @@ _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctype
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.syscall.restype = ctypes.c_long
+# Calls through PyDLL keep the GIL held, as os.fork() does around fork().
+_libc_gil = ctypes.PyDLL(None, use_errno=True)
+_libc_gil.syscall.restype = ctypes.c_long
+_libc_gil.syscall.argtypes = [ctypes.c_long, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p]
 
 
 class SockFprog(ctypes.Structure):
@@ -140,15 +147,32 @@ def _report_failure(error_fd, step, obj, err):
         pass
 
 
-def _enter_run_namespaces():
-    """A user namespace nested in the zygote's (the only uid and gid mapped
-    are the sandbox's own, as in the zygote) owning the run's new mount, pid,
-    net, ipc, uts and cgroup namespaces."""
-    uid, gid = os.getuid(), os.getgid()
-    _check(_libc.unshare(RUN_NAMESPACES), "unshare", "run namespaces")
+def _fork_into_run_namespaces():
+    """os.fork(), except that the child is born in the run's new user
+    (nested in the zygote's), mount, pid, net, ipc and uts namespaces: it is
+    the run's PID 1, with no process in between. Python's own before- and
+    after-fork steps run around the clone exactly as they do around fork().
+    Returns the child's pid in the parent and 0 in the child."""
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = _libc_gil.syscall(SYS_CLONE, CLONE_NAMESPACES | signal.SIGCHLD, None, None, None, None)
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, os.strerror(err))
+    return pid
+
+
+def _map_ids_and_root_cgroup_namespace(uid, gid):
+    """Maps the zygote's single uid and gid (the sandbox's own) in the run's
+    user namespace, then roots a new cgroup namespace at the run's cgroup,
+    which this process is in by now."""
     _write_file("/proc/self/setgroups", "deny")
     _write_file("/proc/self/uid_map", "%d %d 1" % (uid, uid))
     _write_file("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+    _check(_libc.unshare(CLONE_NEWCGROUP), "unshare", "cgroup namespace")
 
 
 def _build_mounts(cfg):
@@ -363,8 +387,9 @@ def _report_workload_end(status, report_fd):
     os._exit(value if kind == 1 else 128 + value)
 
 
-def _serve_one(message, fds):
-    """In the forked child: the whole setup of one run. Never returns."""
+def _serve_one(message, fds, uid, gid):
+    """In the run's PID 1, just cloned: the whole setup of the run. Never
+    returns."""
     error_fd = fds[5]
     try:
         os.close(CONTROL_FD)
@@ -373,17 +398,15 @@ def _serve_one(message, fds):
         cfg["seccomp"] = bytes.fromhex(cfg["seccomp"])
         sock = socket.socket(fileno=fds[0])
         # nsbox moves this process into the run's cgroup; the pidfd lets it
-        # check the pid still names this process when it does.
+        # check the pid still names this process when it does. Nothing is
+        # set up before: everything of the run is made in its cgroup.
         me = os.pidfd_open(os.getpid())
         socket.send_fds(sock, [b"P"], [me])
         os.close(me)
         if sock.recv(1) != b"c":
             os._exit(SETUP_FAILED_EXIT)
         sock.detach()
-        _enter_run_namespaces()
-        init = os.fork()
-        if init != 0:
-            os._exit(0)  # init is PID 1 of its own namespace; its parent need not stay
+        _map_ids_and_root_cgroup_namespace(uid, gid)
         _run_init(cfg, fds)
     except SetupError as e:
         _report_failure(error_fd, e.step, e.obj, e.err)
@@ -401,6 +424,7 @@ def serve():
     gc.freeze()
     control = socket.socket(fileno=CONTROL_FD)
     control.set_inheritable(True)
+    uid, gid = os.getuid(), os.getgid()  # what each run's user namespace maps
     sys.stdout.flush()
     sys.stderr.flush()
     while True:
@@ -420,12 +444,12 @@ def serve():
             sys.stderr.write("nsbox fork server: malformed request dropped\n")
             continue
         try:
-            pid = os.fork()
+            pid = _fork_into_run_namespaces()
         except OSError as e:
-            _report_failure(fds[5], "fork", "run", e.errno)
+            _report_failure(fds[5], "clone", "run namespaces", e.errno)
             pid = -1
         if pid == 0:
-            _serve_one(message, fds)
+            _serve_one(message, fds, uid, gid)
         for fd in fds:
             os.close(fd)
 
