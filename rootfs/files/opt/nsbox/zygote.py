@@ -152,7 +152,12 @@ def _fork_into_run_namespaces():
     (nested in the zygote's), mount, pid, net, ipc and uts namespaces: it is
     the run's PID 1, with no process in between. Python's own before- and
     after-fork steps run around the clone exactly as they do around fork().
-    Returns the child's pid in the parent and 0 in the child."""
+    Returns the child's pid in the parent and 0 in the child.
+
+    Unlike glibc's fork(), a raw clone leaves glibc's cached thread id (used
+    by raise() and pthread_kill()) at the fork server's value in the child.
+    Only PID 1's own code runs there and it never signals itself that way;
+    the workload is forked by os.fork(), which sets the cache right."""
     ctypes.pythonapi.PyOS_BeforeFork()
     pid = _libc_gil.syscall(SYS_CLONE, CLONE_NAMESPACES | signal.SIGCHLD, None, None, None, None)
     if pid == 0:
