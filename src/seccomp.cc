@@ -174,8 +174,9 @@ SeccompProgram SeccompProgram::default_policy() { return deny_list({}, true); }
 
 SeccompProgram SeccompProgram::fork_server_policy() {
   // What the fork server does to put a run into namespaces of its own
-  // (docs/SECURITY.md, "Fork server"): clone with namespace flags, then
-  // unshare (the cgroup namespace), mount and sethostname in the run's PID 1.
+  // (docs/SECURITY.md, "Fork server"): clone into a new user and pid
+  // namespace, then unshare (the others), mount and sethostname in the
+  // run's PID 1.
   // Without a listener, so that each run's filter, stacked on this one, can
   // have its own.
   return deny_list({"clone", "unshare", "mount", "sethostname"}, false);

@@ -6,12 +6,13 @@ filter), with the runner and json already imported. It never runs user code
 itself. For each request on fd 3 it forks the run's PID 1 straight into
 fresh namespaces of its own, before any user code exists:
 
-  zygote -> init (PID 1 of the run), cloned into new user, mount, pid, net,
-            ipc and uts namespaces (a user namespace nested in the
-            zygote's): says its pid (SCM_CREDENTIALS) and waits while nsbox
-            moves it into the run's cgroup; maps the same single uid and gid
-            as the zygote's; a new cgroup namespace rooted at the run's
-            cgroup; fresh /proc with its masks, fresh /tmp, /dev/shm,
+  zygote -> init (PID 1 of the run), cloned into a new pid namespace and a
+            new user namespace nested in the zygote's: says its pid
+            (SCM_CREDENTIALS) and waits while nsbox moves it into the run's
+            cgroup; maps the same single uid and gid as the zygote's;
+            unshares new mount, net, ipc, uts and cgroup namespaces (made in
+            the run's cgroup, the cgroup namespace rooted at it); fresh
+            /proc with its masks, fresh /tmp, /dev/shm,
             /dev/pts, workspace and profile tmpfs, lo up, hostname; hands
             nsbox a pidfd of itself; rlimits; drops every capability;
             no_new_privs; then only reaps, and exits when nsbox hangs up
@@ -49,9 +50,11 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-# The cgroup namespace comes later, once PID 1 is in the run's cgroup: it is
-# rooted where its creator is.
-CLONE_NAMESPACES = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+# PID 1 is cloned into the namespaces it cannot enter later; it makes the
+# others once it is in the run's cgroup, so that their memory is the run's
+# (and the cgroup namespace is rooted where its creator is).
+CLONE_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID
+UNSHARED_NAMESPACES = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -148,9 +151,9 @@ def _report_failure(error_fd, step, obj, err):
 
 
 def _fork_into_run_namespaces():
-    """os.fork(), except that the child is born in the run's new user
-    (nested in the zygote's), mount, pid, net, ipc and uts namespaces: it is
-    the run's PID 1, with no process in between. Python's own before- and
+    """os.fork(), except that the child is born in the run's new pid
+    namespace and a new user namespace nested in the zygote's: it is the
+    run's PID 1, with no process in between. Python's own before- and
     after-fork steps run around the clone exactly as they do around fork().
     Returns the child's pid in the parent and 0 in the child.
 
@@ -170,14 +173,16 @@ def _fork_into_run_namespaces():
     return pid
 
 
-def _map_ids_and_root_cgroup_namespace(uid, gid):
+def _enter_run_namespaces(uid, gid):
     """Maps the zygote's single uid and gid (the sandbox's own) in the run's
-    user namespace, then roots a new cgroup namespace at the run's cgroup,
-    which this process is in by now."""
+    user namespace, then makes the run's mount, net, ipc, uts and cgroup
+    namespaces, owned by it. This process is in the run's cgroup by now: the
+    namespaces' memory is charged to the run, and the cgroup namespace is
+    rooted at the run's cgroup."""
     _write_file("/proc/self/setgroups", "deny")
     _write_file("/proc/self/uid_map", "%d %d 1" % (uid, uid))
     _write_file("/proc/self/gid_map", "%d %d 1" % (gid, gid))
-    _check(_libc.unshare(CLONE_NEWCGROUP), "unshare", "cgroup namespace")
+    _check(_libc.unshare(UNSHARED_NAMESPACES), "unshare", "run namespaces")
 
 
 def _build_mounts(cfg):
@@ -397,21 +402,22 @@ def _serve_one(message, fds, uid, gid):
     returns."""
     error_fd = fds[5]
     try:
-        os.close(CONTROL_FD)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        cfg = json.loads(message[1:])
-        cfg["seccomp"] = bytes.fromhex(cfg["seccomp"])
-        sock = socket.socket(fileno=fds[0])
         # nsbox moves this process into the run's cgroup; the pidfd lets it
-        # check the pid still names this process when it does. Nothing is
-        # set up before: everything of the run is made in its cgroup.
+        # check the pid still names this process when it does. Until then
+        # the memory it touches is charged to the fork server's cgroup for
+        # as long as the run lives, so it does nothing else first.
+        sock = socket.socket(fileno=fds[0])
         me = os.pidfd_open(os.getpid())
         socket.send_fds(sock, [b"P"], [me])
         os.close(me)
         if sock.recv(1) != b"c":
             os._exit(SETUP_FAILED_EXIT)
         sock.detach()
-        _map_ids_and_root_cgroup_namespace(uid, gid)
+        os.close(CONTROL_FD)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        cfg = json.loads(message[1:])
+        cfg["seccomp"] = bytes.fromhex(cfg["seccomp"])
+        _enter_run_namespaces(uid, gid)
         _run_init(cfg, fds)
     except SetupError as e:
         _report_failure(error_fd, e.step, e.obj, e.err)
