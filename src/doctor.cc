@@ -45,7 +45,8 @@ int probe_unshare(int flags) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
 }
 
-// Every namespace a fork server's child creates for a run.
+// Every namespace a fork server creates for a run (its PID 1 is cloned into
+// the user and pid ones and unshares the rest; one unshare probes them all).
 constexpr int kForkedRunNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                                      CLONE_NEWUTS | CLONE_NEWCGROUP;
 

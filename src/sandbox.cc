@@ -997,18 +997,21 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     if (::fcntl(in_pipe.write.get(), F_SETFL, O_NONBLOCK) != 0) throw SysError("fcntl", "stdin pipe", errno);
     st->stdin_write = std::move(in_pipe.write);
 
-    // The forked child waits, before it unshares anything, until it is in
-    // the run's cgroup: everything of the run is born in there.
-    UniqueFd forked_pidfd;
-    const pid_t forked = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "forked child", &forked_pidfd);
-    // The child waits for the answer, so its pid cannot have been reused
-    // unless it was killed: checked right before the write.
-    if (!alive(forked_pidfd.get())) throw SysError("fork server", "the forked child died before its cgroup move", ESRCH);
-    cgroup->add_process(forked);
-    if (::send(run_sock.get(), "c", 1, MSG_NOSIGNAL) != 1) throw SysError("send", "fork server child", errno);
+    // The run's PID 1, just cloned into its user and pid namespaces, waits
+    // until it is in the run's cgroup before it does anything for the run
+    // (its other namespaces, mounts, the workload are all made in there).
+    // Held from now on, so that any failure below kills it.
     UniqueFd init_pidfd;
-    const pid_t init = expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &init_pidfd);
+    const pid_t init = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "run init", &init_pidfd);
     st->proc.emplace(init, std::move(init_pidfd), false);
+    // PID 1 waits for the answer, so its pid cannot have been reused unless
+    // it was killed: checked right before the write.
+    if (!alive(st->proc->pidfd())) throw SysError("fork server", "the run's PID 1 died before its cgroup move", ESRCH);
+    cgroup->add_process(init);
+    if (::send(run_sock.get(), "c", 1, MSG_NOSIGNAL) != 1) throw SysError("send", "run init", errno);
+    UniqueFd ready_pidfd;
+    if (expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &ready_pidfd) != init)
+      throw SysError("fork server", "the run's view was reported by another process than its PID 1", EPROTO);
     if (spec.workspace) {
       // Opened while PID 1 is alive (so /proc/PID is it), before any user
       // code has arrived; read after the run.

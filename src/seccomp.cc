@@ -179,7 +179,7 @@ SeccompProgram SeccompProgram::fork_server_policy() {
   // run's PID 1.
   // Without a listener, so that each run's filter, stacked on this one, can
   // have its own.
-  return deny_list({"clone", "unshare", "mount", "sethostname"}, false);
+  return deny_list({"clone CLONE_NEWUSER", "clone CLONE_NEWPID", "unshare", "mount", "sethostname"}, false);
 }
 
 namespace {
@@ -213,7 +213,7 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
     rules.push_back({rule.syscall, "", rule.err == EPERM ? eperm : "ENOSYS", rule.reason});
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
-    if (allowed.count("clone")) break;
+    if (allowed.count(std::string("clone ") + name)) continue;
     check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1,
                            SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);

@@ -319,8 +319,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 // Returns when the fork server's sandbox ended, or when ctl closed and every
 // run it forked has ended too (or their wall time is over). A forked run's
-// PID 1 is a child of the zygote, or of the fork server sandbox's PID 1 once
-// the zygote is gone.
+// PID 1 is a child of the zygote (if the zygote dies, its sandbox's PID 1
+// ends, and every run with it).
 void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time) {
   std::optional<std::chrono::steady_clock::time_point> retired_at;
   const auto grace = wall_time + std::chrono::seconds(5);

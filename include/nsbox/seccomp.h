@@ -25,9 +25,10 @@ class SeccompProgram {
   // The default policy: a deny list of the calls that reach kernel attack
   // surface or the host (each rule's reason is in seccomp.cc).
   static SeccompProgram default_policy();
-  // The fork server's own filter: the default policy but for unshare, mount
-  // and sethostname, which its child needs to give each run fresh
-  // namespaces before that run's own filter is loaded on top. Denied calls
+  // The fork server's own filter: the default policy but for clone into a
+  // new user and pid namespace, unshare, mount and sethostname, which it and
+  // each run's PID 1 need to give the run fresh namespaces before that run's
+  // own filter is loaded on top. Denied calls
   // answer in the kernel (no listener: the run's filter needs the one a
   // filter chain may have).
   static SeccompProgram fork_server_policy();

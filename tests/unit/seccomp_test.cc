@@ -57,15 +57,23 @@ TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
     EXPECT_FALSE(has_rule(fork, s, "ENOSYS")) << s;
     EXPECT_TRUE(has_rule(def, s, "EPERM")) << s;
   }
-  // clone with namespace flags: the run's PID 1 is cloned into them.
-  EXPECT_FALSE(has_rule(fork, "clone", "ENOSYS"));
-  EXPECT_TRUE(has_rule(def, "clone", "EPERM"));
+  // clone into a new user and pid namespace: the run's PID 1 is cloned
+  // into them. It unshares the others itself.
+  auto has_clone_rule = [](const SeccompProgram& p, const std::string& flag) {
+    return std::any_of(p.rules().begin(), p.rules().end(), [&](const SeccompRuleInfo& r) {
+      return r.syscall == "clone" && r.condition == "flags has " + flag;
+    });
+  };
+  for (const char* flag : {"CLONE_NEWUSER", "CLONE_NEWPID"}) {
+    EXPECT_FALSE(has_clone_rule(fork, flag)) << flag;
+    EXPECT_TRUE(has_clone_rule(def, flag)) << flag;
+  }
   // Everything else of the default policy stays denied: ENOSYS in the
   // kernel (SECCOMP_RET_TRACE without a tracer), which ranks below a run's
   // own notifying filter, so that a run's denied calls reach its supervisor.
   for (const auto& r : def.rules()) {
-    if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname" || r.syscall == "clone")
-      continue;
+    if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname") continue;
+    if (r.condition == "flags has CLONE_NEWUSER" || r.condition == "flags has CLONE_NEWPID") continue;
     EXPECT_TRUE(has_rule(fork, r.syscall, r.action == "EPERM" ? "ENOSYS" : r.action == "KILL_PROCESS" ? "ENOSYS" : r.action))
         << r.syscall << " " << r.condition;
   }

@@ -154,15 +154,23 @@ def _fork_into_run_namespaces():
     """os.fork(), except that the child is born in the run's new pid
     namespace and a new user namespace nested in the zygote's: it is the
     run's PID 1, with no process in between. Python's own before- and
-    after-fork steps run around the clone exactly as they do around fork().
-    Returns the child's pid in the parent and 0 in the child.
+    after-fork steps run around the clone as os.fork() runs them. Returns
+    the child's pid in the parent and 0 in the child.
 
-    Unlike glibc's fork(), a raw clone leaves glibc's cached thread id (used
-    by raise() and pthread_kill()) at the fork server's value in the child.
-    Only PID 1's own code runs there and it never signals itself that way;
-    the workload is forked by os.fork(), which sets the cache right."""
+    glibc's own fork steps do not run: no pthread_atfork handlers, no
+    malloc or stdio lock reset, no robust futex list, and glibc's cached
+    thread id keeps the fork server's value (used by pthread_setaffinity_np,
+    pthread_setschedparam and the like on the calling thread). That is sound
+    only in a process with a single thread that loaded no library with fork
+    handlers, which serve() checks once its preloads are done. Only PID 1's
+    own code runs in the child; the workload is forked by os.fork(), which
+    runs glibc's steps."""
     ctypes.pythonapi.PyOS_BeforeFork()
-    pid = _libc_gil.syscall(SYS_CLONE, CLONE_NAMESPACES | signal.SIGCHLD, None, None, None, None)
+    try:
+        pid = _libc_gil.syscall(SYS_CLONE, CLONE_NAMESPACES | signal.SIGCHLD, None, None, None, None)
+    except BaseException:
+        ctypes.pythonapi.PyOS_AfterFork_Parent()
+        raise
     if pid == 0:
         ctypes.pythonapi.PyOS_AfterFork_Child()
         return 0
@@ -433,6 +441,11 @@ def serve():
     # then leave these objects' pages alone instead of copying them all.
     gc.collect()
     gc.freeze()
+    # _fork_into_run_namespaces() is sound only in a single-threaded process.
+    threads = len(os.listdir("/proc/self/task"))
+    if threads != 1:
+        sys.stderr.write("nsbox fork server: %d threads after the preloads; refusing to serve\n" % threads)
+        return SETUP_FAILED_EXIT
     control = socket.socket(fileno=CONTROL_FD)
     control.set_inheritable(True)
     uid, gid = os.getuid(), os.getgid()  # what each run's user namespace maps
