@@ -604,9 +604,8 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
 
 JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
                   const ParsedProfiles* profiles) {
-  const std::shared_ptr<const Profile> parsed =
-      profiles ? profiles->get(job.profile_name, job.profile_yaml)
-               : std::make_shared<const Profile>(load_profile_text(job.profile_yaml, job.profile_name, {}));
+  static const ParsedProfiles kNone;
+  const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
   const Profile& profile = *parsed;
   std::optional<ArtifactsDir> artifacts;
   RunSpec spec = job_spec(profile, artifacts);

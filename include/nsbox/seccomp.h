@@ -28,9 +28,8 @@ class SeccompProgram {
   // The fork server's own filter: the default policy but for clone into a
   // new user and pid namespace, unshare, mount and sethostname, which it and
   // each run's PID 1 need to give the run fresh namespaces before that run's
-  // own filter is loaded on top. Denied calls
-  // answer in the kernel (no listener: the run's filter needs the one a
-  // filter chain may have).
+  // own filter is loaded on top. Denied calls answer in the kernel (no
+  // listener: the run's filter needs the one a filter chain may have).
   static SeccompProgram fork_server_policy();
   // An allow list: only the named syscalls run, every other answers EPERM.
   // nsbox's own rules still apply on top (a listed clone may not create
