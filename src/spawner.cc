@@ -105,32 +105,6 @@ std::string base64(const std::string& data) {
   return out;
 }
 
-// A directory for one run's artifacts, removed with everything in it.
-class ArtifactsDir {
- public:
-  ArtifactsDir() {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/nsbox-artifacts-XXXXXX";
-    if (!::mkdtemp(pattern.data())) throw SysError("mkdtemp", pattern, errno);
-    path_ = pattern;
-  }
-  ~ArtifactsDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  ArtifactsDir(const ArtifactsDir&) = delete;
-  ArtifactsDir& operator=(const ArtifactsDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 json encode_job(const Job& job) {
   json j;
   j["run_id"] = job.run_id;
@@ -160,13 +134,11 @@ json failure_result(const std::string& message) {
   return json{{"return", nullptr}, {"error", message}, {"status", "error"}, {"error_type", "sandbox"}};
 }
 
-// The profile's spec for a job, with a directory for its artifacts.
-RunSpec job_spec(const Profile& profile, std::optional<ArtifactsDir>& artifacts) {
+// The profile's spec for a job. A run's artifacts come back in memory, to
+// be sent in the answer.
+RunSpec job_spec(const Profile& profile) {
   RunSpec spec = spec_from_profile(profile);
-  if (spec.workspace) {
-    artifacts.emplace();
-    spec.workspace->artifacts_dir = artifacts->path() + "/out";
-  }
+  if (spec.workspace) spec.workspace->keep_content = true;
   return spec;
 }
 
@@ -183,7 +155,7 @@ std::optional<std::string> apply_request_timeout(const Job& job, RunSpec& spec) 
 }
 
 json job_result(const Job& job, const Profile& profile, const RunSpec& spec, const ExecOutcome& outcome,
-                const std::optional<ArtifactsDir>& artifacts, const std::optional<std::string>& clamp_warning) {
+                const std::optional<std::string>& clamp_warning) {
   json j = to_json(outcome);
   j["run_id"] = job.run_id;
   j["profile"] = profile.name;
@@ -197,9 +169,8 @@ json job_result(const Job& job, const Profile& profile, const RunSpec& spec, con
   if (clamp_warning) j["warnings"].push_back(*clamp_warning);
   j["artifacts"] = json::array();
   for (const auto& a : outcome.run.artifacts) {
-    json item = {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}};
-    if (artifacts) item["content_base64"] = base64(read_file_bytes(artifacts->path() + "/out/" + a.name));
-    j["artifacts"].push_back(std::move(item));
+    j["artifacts"].push_back(
+        {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}, {"content_base64", base64(a.content)}});
   }
   j["artifacts_refused"] = outcome.run.artifacts_refused;
   return j;
@@ -226,21 +197,56 @@ void send_result(int job_fd, const json& result) {
   }
 }
 
+// What a finished run still holds once its result is built: a forked run's
+// PID 1, whose teardown waits for the run's whole pid namespace to end. A
+// worker answers first, then lets it go.
+struct RunLeftovers {
+  std::unique_ptr<PreparedRun> prepared;
+};
+
+// run_job, leaving what the answer does not need to leftovers.
+JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
+                          const ParsedProfiles* profiles, RunLeftovers& leftovers) {
+  static const ParsedProfiles kNone;
+  const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
+  const Profile& profile = *parsed;
+  RunSpec spec = job_spec(profile);
+  std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
+  if (fork_server >= 0 && profile.fork_server && job.request.exec.language == Language::kPython) {
+    // No warm sandbox was ready: the fork server forks one now, which is
+    // still far cheaper than starting an interpreter.
+    RunSpec exec = exec_spec(spec, job.request.exec.language);
+    leftovers.prepared = launcher.prepare_forked(exec, fork_server);
+    ExecOutcome outcome = finish_exec(*leftovers.prepared, exec, job.request.exec, cancel_fd);
+    JobResult result = job_result(job, profile, spec, outcome, clamp_warning);
+    result["pool"] = "forked";
+    return result;
+  }
+  ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
+  return job_result(job, profile, spec, outcome, clamp_warning);
+}
+
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
 [[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd,
                               int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
   json result;
-  try {
-    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles);
-    if (!result.contains("pool")) result["pool"] = "cold";
-  } catch (const std::exception& e) {
-    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
-  } catch (...) {
-    result = failure_result("The sandbox could not be started: unknown error");
+  {
+    RunLeftovers leftovers;
+    try {
+      result = run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, leftovers);
+      if (!result.contains("pool")) result["pool"] = "cold";
+    } catch (const std::exception& e) {
+      result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+    } catch (...) {
+      result = failure_result("The sandbox could not be started: unknown error");
+    }
+    // The server reads the answer to end of file: it is complete before the
+    // leftovers go (a forked run's teardown waits for its pid namespace).
+    send_result(job_fd, result);
+    ::close(job_fd);
   }
-  send_result(job_fd, result);
   ::_exit(0);
 }
 
@@ -255,8 +261,7 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
   try {
     const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
     const Profile& profile = *parsed;
-    std::optional<ArtifactsDir> artifacts;
-    RunSpec spec = exec_spec(job_spec(profile, artifacts), entry.language);
+    RunSpec spec = exec_spec(job_spec(profile), entry.language);
     std::unique_ptr<PreparedRun> prepared = fork_server >= 0
                                                 ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
                                                 : launcher.prepare(spec, kWarmingCpuWeight);
@@ -284,15 +289,16 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
     }
     const Job job = decode_job(read_job(job_fd));
     json result;
+    RunLeftovers leftovers;
     if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      result = run_job(launcher, job, job_fd, -1, &profiles);
+      result = run_job_leaving(launcher, job, job_fd, -1, &profiles, leftovers);
       result["pool"] = "cold";
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
       ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd);
-      result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
+      result = job_result(job, profile, spec, outcome, clamp_warning);
       result["pool"] = "warm";
     }
     // Every process of the run is gone; reaping PID 1 (which takes the
@@ -350,8 +356,7 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
   try {
     const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
     const Profile& profile = *parsed;
-    std::optional<ArtifactsDir> artifacts;
-    const RunSpec run_spec = exec_spec(job_spec(profile, artifacts), entry.language);
+    const RunSpec run_spec = exec_spec(job_spec(profile), entry.language);
     std::unique_ptr<PreparedRun> zygote = launcher.prepare(fork_server_spec(run_spec, fork_server_end));
     ::close(fork_server_end);
     if (zygote->pidfd() >= 0) {
@@ -604,24 +609,8 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
 
 JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
                   const ParsedProfiles* profiles) {
-  static const ParsedProfiles kNone;
-  const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
-  const Profile& profile = *parsed;
-  std::optional<ArtifactsDir> artifacts;
-  RunSpec spec = job_spec(profile, artifacts);
-  std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
-  if (fork_server >= 0 && profile.fork_server && job.request.exec.language == Language::kPython) {
-    // No warm sandbox was ready: the fork server forks one now, which is
-    // still far cheaper than starting an interpreter.
-    RunSpec exec = exec_spec(spec, job.request.exec.language);
-    std::unique_ptr<PreparedRun> prepared = launcher.prepare_forked(exec, fork_server);
-    ExecOutcome outcome = finish_exec(*prepared, exec, job.request.exec, cancel_fd);
-    JobResult result = job_result(job, profile, spec, outcome, artifacts, clamp_warning);
-    result["pool"] = "forked";
-    return result;
-  }
-  ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
-  return job_result(job, profile, spec, outcome, artifacts, clamp_warning);
+  RunLeftovers leftovers;
+  return run_job_leaving(launcher, job, cancel_fd, fork_server, profiles, leftovers);
 }
 
 }  // namespace nsbox

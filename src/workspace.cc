@@ -80,7 +80,7 @@ bool is_mount_point(const std::string& path) {
 // Copies src_fd to a new file `name` in dst_dir (never replacing anything,
 // never through a symlink), hashing it; copies nothing when dst_dir < 0.
 std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_t uid, gid_t gid,
-                          bool chown_it) {
+                          bool chown_it, std::string* content = nullptr) {
   UniqueFd out;
   if (dst_dir >= 0) {
     out.reset(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
@@ -92,6 +92,7 @@ std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_
   ssize_t n;
   while ((n = ::read(src_fd, buf, sizeof(buf))) > 0) {
     hash.update(buf, static_cast<size_t>(n));
+    if (content) content->append(buf, static_cast<size_t>(n));
     for (ssize_t done = 0; out && done < n;) {
       ssize_t w = ::write(out.get(), buf + done, static_cast<size_t>(n - done));
       if (w < 0) throw SysError("write", name, errno);
@@ -158,7 +159,10 @@ struct Collector {
       return;
     }
     total += size;
-    report.artifacts.push_back({rel, size, copy_and_hash(fd.get(), dst_fd, n, 0, 0, false)});
+    Artifact artifact{rel, size, {}, {}};
+    if (spec.keep_content) artifact.content.reserve(size);
+    artifact.sha256 = copy_and_hash(fd.get(), dst_fd, n, 0, 0, false, spec.keep_content ? &artifact.content : nullptr);
+    report.artifacts.push_back(std::move(artifact));
   }
 };
 

@@ -18,12 +18,14 @@ struct WorkspaceSpec {
   uint64_t max_artifact_bytes = 16ull << 20;
   std::vector<std::pair<std::string, std::string>> inputs;  // host file, name inside
   std::string artifacts_dir;                 // copy artifacts here when set
+  bool keep_content = false;                 // return each artifact's bytes in Artifact::content
 };
 
 struct Artifact {
   std::string name;   // relative to out/, e.g. "plot.png" or "sub/data.csv"
   uint64_t size = 0;
   std::string sha256;
+  std::string content;  // the bytes, only when WorkspaceSpec::keep_content
 };
 
 struct ArtifactReport {
@@ -44,7 +46,8 @@ class Workspace {
   const std::string& host_path() const { return path_; }
   bool size_capped() const { return mounted_; }
   // Regular files under out/ within the caps (never following a symlink),
-  // copied to spec.artifacts_dir when set.
+  // copied to spec.artifacts_dir when set, kept in memory when
+  // spec.keep_content.
   ArtifactReport collect() const;
 
  private:
@@ -55,7 +58,8 @@ class Workspace {
 
 // The regular files under out/ of the workspace whose root directory is
 // workspace_dir (opened by the caller), within spec's caps, never following a
-// symlink; copied to spec.artifacts_dir when set.
+// symlink; copied to spec.artifacts_dir when set, kept in memory when
+// spec.keep_content.
 ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir);
 
 // Validates an input name: a plain file name, no '/', not "." or "..".

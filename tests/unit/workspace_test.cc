@@ -1,0 +1,99 @@
+// collect_artifacts on a plain directory: what comes back, in memory or
+// copied, and what is refused.
+#include "nsbox/workspace.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "nsbox/digest.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+std::string sha256_of(const std::string& data) {
+  Sha256 h;
+  h.update(data.data(), data.size());
+  return h.hex();
+}
+
+void write_file(const std::filesystem::path& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class Artifacts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "nsbox-ws-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    root_ = pattern;
+    std::filesystem::create_directories(root_ / "ws" / "out" / "sub");
+    write_file(root_ / "ws" / "out" / "a.txt", "hello");
+    binary_ = std::string("\0\x01\xff tail", 7);
+    write_file(root_ / "ws" / "out" / "sub" / "b.bin", binary_);
+    std::filesystem::create_symlink("/etc/passwd", root_ / "ws" / "out" / "link");
+    dir_.reset(::open((root_ / "ws").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    ASSERT_TRUE(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::filesystem::path root_;
+  std::string binary_;
+  UniqueFd dir_;
+};
+
+TEST_F(Artifacts, KeptInMemoryWithTheirDigestsAndNothingCopied) {
+  WorkspaceSpec spec;
+  spec.keep_content = true;
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 2u);
+  EXPECT_EQ(report.artifacts[0].name, "a.txt");
+  EXPECT_EQ(report.artifacts[0].content, "hello");
+  EXPECT_EQ(report.artifacts[0].sha256, sha256_of("hello"));
+  EXPECT_EQ(report.artifacts[1].name, "sub/b.bin");
+  EXPECT_EQ(report.artifacts[1].size, binary_.size());
+  EXPECT_EQ(report.artifacts[1].content, binary_);
+  EXPECT_EQ(report.artifacts[1].sha256, sha256_of(binary_));
+  ASSERT_EQ(report.refused.size(), 1u);
+  EXPECT_EQ(report.refused[0], "link: a symlink, not returned");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_), {}), 1) << "something besides ws/ was made";
+}
+
+TEST_F(Artifacts, CopiedWithoutContentUnlessAsked) {
+  WorkspaceSpec spec;
+  spec.artifacts_dir = (root_ / "copy").string();
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 2u);
+  EXPECT_TRUE(report.artifacts[0].content.empty());
+  EXPECT_TRUE(report.artifacts[1].content.empty());
+  EXPECT_EQ(read_file(root_ / "copy" / "a.txt"), "hello");
+  EXPECT_EQ(read_file(root_ / "copy" / "sub" / "b.bin"), binary_);
+}
+
+TEST_F(Artifacts, OverTheByteCapIsRefusedAndNotKept) {
+  WorkspaceSpec spec;
+  spec.keep_content = true;
+  spec.max_artifact_bytes = 6;  // a.txt (5) fits, sub/b.bin (7) does not
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 1u);
+  EXPECT_EQ(report.artifacts[0].content, "hello");
+  ASSERT_EQ(report.refused.size(), 2u);
+  EXPECT_NE(report.refused[1].find("sub/b.bin (7 bytes): over the cap of 6 bytes"), std::string::npos)
+      << report.refused[1];
+}
+
+}  // namespace
+}  // namespace nsbox
