@@ -271,6 +271,17 @@ async function run() {
   return finish(encodeReturn(value));
 }
 
+// Node makes process.stdout and process.stderr on first use, loading its
+// net, stream and tty code: about 5 ms here, paid by the run when the
+// runner's final flush is the first use. Made now, while a warm sandbox
+// still waits for its request. Making a pipe's stream turns its fd
+// non-blocking, so that fs.writeSync(1, ...) in user code would write only
+// what fits in the pipe: the fds are made blocking again (libuv's stream
+// copes; its writes then complete before returning).
+for (const stream of [process.stdout, process.stderr]) {
+  if (stream._handle && typeof stream._handle.setBlocking === 'function') stream._handle.setBlocking(true);
+}
+
 if (!resultFdOk()) {
   process.stderr.write('nsbox runner: fd 3 (the result channel) is not open; run this under nsbox ' +
     'or pass a pipe as fd 3 (see docs/RUNNERS.md)\n');
