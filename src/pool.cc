@@ -194,6 +194,8 @@ bool WarmPool::take(const std::string& key, int job_fd) {
       return take(key, job_fd);
     }
     workers.erase(w);
+    const auto now = Clock::now();
+    if (it->second.refill_at <= now) it->second.refill_at = now + refill_delay_;
     stats_->hits.fetch_add(1);
     update_gauges();
     return true;
@@ -214,8 +216,10 @@ std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
   std::optional<std::chrono::milliseconds> soonest;
   const auto now = Clock::now();
   for (const auto& [key, k] : keys_) {
-    if (k.failures == 0 || k.workers.size() >= k.entry.size) continue;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(k.retry_at - now) + std::chrono::milliseconds(1);
+    if (k.workers.size() >= k.entry.size) continue;
+    const auto at = std::max(k.failures > 0 ? k.retry_at : Clock::time_point{}, k.refill_at);
+    if (at <= now) continue;  // not held back: refill() starts what it can
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - now) + std::chrono::milliseconds(1);
     left = std::max(left, std::chrono::milliseconds(0));
     if (!soonest || left < *soonest) soonest = left;
   }
@@ -224,7 +228,7 @@ std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
 
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
-    if (k.failures > 0 && Clock::now() < k.retry_at) continue;
+    if ((k.failures > 0 && Clock::now() < k.retry_at) || Clock::now() < k.refill_at) continue;
     while (k.workers.size() < k.entry.size) {
       // A few start at a time: a large pool refilling all at once would
       // queue the runs being served behind its start-ups (on the fork

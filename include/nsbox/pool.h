@@ -49,6 +49,13 @@ constexpr uint32_t kWarmingCpuWeight = 1;
 // waits until one is ready.
 constexpr uint32_t kMaxStartingPerKey = 2;
 
+// A take's replacement starts this long after the take, not at once: the
+// run just taken then has the CPUs to itself for the first part of its
+// path (on 2 cores, a refill's start-up takes both for a while). Takes that
+// follow within the delay do not push it further, so a steady stream of
+// takes still refills at least this often.
+constexpr std::chrono::milliseconds kRefillDelay{5};
+
 // After a warm sandbox (or fork server) of a key ends before it was ready,
 // the key's next start waits: 100 ms, doubling with each failure in a row,
 // at most 10 s. One that becomes ready resets it.
@@ -112,8 +119,12 @@ class WarmPool {
   // forked to end, up to their wall time) or the fork server dies.
   using KeeperMain = std::function<void(const PoolEntry& entry, int ctl, int fork_server_end)>;
 
-  WarmPool(PoolStats* stats, WorkerMain worker_main, KeeperMain keeper_main = {})
-      : stats_(stats), worker_main_(std::move(worker_main)), keeper_main_(std::move(keeper_main)) {}
+  WarmPool(PoolStats* stats, WorkerMain worker_main, KeeperMain keeper_main = {},
+           std::chrono::milliseconds refill_delay = kRefillDelay)
+      : stats_(stats),
+        worker_main_(std::move(worker_main)),
+        keeper_main_(std::move(keeper_main)),
+        refill_delay_(refill_delay) {}
   WarmPool(const WarmPool&) = delete;
   WarmPool& operator=(const WarmPool&) = delete;
 
@@ -139,8 +150,9 @@ class WarmPool {
   // A pool worker ended (reaped by the spawner).
   void forget(pid_t pid);
 
-  // How long until a key held back after failures may start again (the
-  // spawner's poll timeout), or nullopt when none is held back.
+  // How long until a key held back (after failures, or a take's refill
+  // delay) may start again (the spawner's poll timeout), or nullopt when
+  // none is held back.
   std::optional<std::chrono::milliseconds> next_retry() const;
 
   // Retires every idle sandbox (the spawner is shutting down).
@@ -164,6 +176,7 @@ class WarmPool {
     UniqueFd fork_server;         // where the key's workers send their fork requests
     uint32_t failures = 0;        // starts in a row that ended before being ready
     std::chrono::steady_clock::time_point retry_at;  // no start before (after failures)
+    std::chrono::steady_clock::time_point refill_at;  // no start before (after a take)
   };
 
   void note_failure(Key& k);
@@ -176,6 +189,7 @@ class WarmPool {
   PoolStats* stats_;
   WorkerMain worker_main_;
   KeeperMain keeper_main_;
+  std::chrono::milliseconds refill_delay_;
   std::map<std::string, Key> keys_;
   std::vector<Worker> retiring_;  // keys dropped while their workers start
   uint64_t memory_budget_ = 0;

@@ -1,0 +1,106 @@
+// WarmPool's bookkeeping with stand-in pool workers (forked children that
+// only say ready): no sandbox, no privileges.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "nsbox/pool.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Says ready, then waits for a job or for the pool to hang up.
+void stand_in_worker(const PoolEntry&, int ctl, int) {
+  PoolReady ready;
+  ready.memory_bytes = 4096;
+  if (::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL) != sizeof ready) ::_exit(1);
+  char tag;
+  (void)::read(ctl, &tag, 1);
+  ::_exit(0);
+}
+
+class WarmPoolTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (pid_t pid : children_) ::waitpid(pid, nullptr, 0);
+  }
+
+  // Runs the spawner's loop body until key has `idle` ready sandboxes.
+  void wait_until_idle(WarmPool& pool, PoolStats& stats, uint64_t idle) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (stats.idle.load() < idle) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stand-in workers never said ready";
+      std::vector<pollfd> fds;
+      pool.add_pollfds(fds);
+      ::poll(fds.data(), fds.size(), 100);
+      pool.on_events(fds);
+    }
+  }
+
+  PoolEntry entry(uint32_t size) {
+    PoolEntry e;
+    e.key = "key";
+    e.profile_name = "test";
+    e.profile_yaml = "name: test\n";
+    e.size = size;
+    return e;
+  }
+
+  std::vector<pid_t> children_;
+};
+
+TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
+  PoolStats stats;
+  const milliseconds delay(400);
+  WarmPool pool(&stats, stand_in_worker, {}, delay);
+  pool.configure({entry(2)}, 0);
+  EXPECT_FALSE(pool.next_retry()) << "nothing is held back before any take";
+  pool.refill(children_);
+  ASSERT_EQ(children_.size(), 2u);
+  wait_until_idle(pool, stats, 2);
+
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd job(sv[0]), worker_end(sv[1]);
+  const auto taken_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(pool.take("key", job.get()));
+
+  std::vector<pid_t> started;
+  pool.refill(started);
+  EXPECT_TRUE(started.empty()) << "the replacement started at once";
+  auto wait = pool.next_retry();
+  ASSERT_TRUE(wait) << "the spawner would not wake up for the held-back refill";
+  EXPECT_GT(*wait, milliseconds(0));
+  EXPECT_LE(*wait, delay + milliseconds(1));
+
+  // A second take within the delay does not push the refill further: a
+  // steady stream of takes still refills.
+  std::this_thread::sleep_for(delay / 2);
+  ASSERT_TRUE(pool.take("key", job.get()));
+  EXPECT_EQ(stats.hits.load(), 2u);
+  pool.refill(started);
+  EXPECT_TRUE(started.empty());
+  auto second_wait = pool.next_retry();
+  ASSERT_TRUE(second_wait);
+  EXPECT_LE(std::chrono::steady_clock::now() + *second_wait, taken_at + delay + milliseconds(2));
+
+  std::this_thread::sleep_for(*second_wait);
+  pool.refill(started);
+  EXPECT_EQ(started.size(), 2u) << "the replacements did not start once the delay was over";
+  EXPECT_FALSE(pool.next_retry());
+  children_.insert(children_.end(), started.begin(), started.end());
+  pool.retire_all();
+}
+
+}  // namespace
+}  // namespace nsbox
