@@ -10,53 +10,55 @@ Admission::Verdict Admission::acquire() {
   if (closed_) return Verdict::kClosed;
   // Nobody waiting: a free slot is taken at once. Otherwise the newcomer
   // queues behind the others, so slots go out in arrival order.
-  if (queued_ == 0 && running_ < max_running_) {
+  if (waiters_.empty() && running_ < max_running_) {
     ++running_;
     return Verdict::kAdmitted;
   }
-  if (queued_ >= max_queued_) return Verdict::kFull;
-  const uint64_t ticket = next_ticket_++;
-  ++queued_;
-  changed_.wait(lock, [&] { return closed_ || (serving_ == ticket && running_ < max_running_); });
-  --queued_;
-  ++serving_;
+  if (waiters_.size() >= max_queued_) return Verdict::kFull;
+  std::condition_variable turn;
+  const auto me = waiters_.insert(waiters_.end(), &turn);
+  turn.wait(lock, [&] { return closed_ || (waiters_.begin() == me && running_ < max_running_); });
+  waiters_.erase(me);
   if (closed_) {
-    changed_.notify_all();  // wait_idle may be waiting for the queue to empty
+    wake_locked();  // wait_idle may be waiting for the queue to empty
     return Verdict::kClosed;
   }
   ++running_;
-  changed_.notify_all();  // the next ticket may fit too
+  wake_locked();  // the next waiter may fit too
   return Verdict::kAdmitted;
 }
 
 void Admission::release() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --running_;
+  std::lock_guard<std::mutex> lock(mutex_);
+  --running_;
+  wake_locked();
+}
+
+void Admission::wake_locked() {
+  if (closed_) {
+    for (auto* waiter : waiters_) waiter->notify_one();
+  } else if (!waiters_.empty() && running_ < max_running_) {
+    waiters_.front()->notify_one();
   }
-  changed_.notify_all();
+  if (running_ == 0 && waiters_.empty()) idle_.notify_all();
 }
 
 void Admission::resize(uint32_t max_running, uint32_t max_queued) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    max_running_ = max_running;
-    max_queued_ = max_queued;
-  }
-  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_running_ = max_running;
+  max_queued_ = max_queued;
+  wake_locked();
 }
 
 void Admission::close() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    closed_ = true;
-  }
-  changed_.notify_all();
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  wake_locked();
 }
 
 bool Admission::wait_idle(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  return changed_.wait_until(lock, deadline, [&] { return running_ == 0 && queued_ == 0; });
+  return idle_.wait_until(lock, deadline, [&] { return running_ == 0 && waiters_.empty(); });
 }
 
 uint32_t Admission::running() const {
@@ -66,7 +68,7 @@ uint32_t Admission::running() const {
 
 uint32_t Admission::queued() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queued_;
+  return static_cast<uint32_t>(waiters_.size());
 }
 
 }  // namespace nsbox

@@ -49,22 +49,24 @@ thread_local bool t_shedding = false;
 class BoundedTaskQueue : public httplib::TaskQueue {
  public:
   BoundedTaskQueue(size_t threads, size_t max_pending) : max_pending_(max_pending) {
-    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, false); });
-    workers_.emplace_back([this] { work(shed_, true); });
+    for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, jobs_ready_, false); });
+    workers_.emplace_back([this] { work(shed_, shed_ready_, true); });
   }
   ~BoundedTaskQueue() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      // One connection wakes one thread: each lane has its own condition
+      // variable, so the wake-up cannot go to a thread of the other lane.
       if (jobs_.size() < max_pending_) {
         jobs_.push_back(std::move(fn));
-        cond_.notify_all();
+        jobs_ready_.notify_one();
         return;
       }
       if (shed_.size() < kMaxShedQueue) {
         shed_.push_back(std::move(fn));
-        cond_.notify_all();
+        shed_ready_.notify_one();
         return;
       }
     }
@@ -79,18 +81,19 @@ class BoundedTaskQueue : public httplib::TaskQueue {
       if (stopped_) return;
       stopped_ = true;
     }
-    cond_.notify_all();
+    jobs_ready_.notify_all();
+    shed_ready_.notify_all();
     for (auto& t : workers_) t.join();
   }
 
  private:
-  void work(std::deque<std::function<void()>>& queue, bool shedding) {
+  void work(std::deque<std::function<void()>>& queue, std::condition_variable& ready, bool shedding) {
     t_shedding = shedding;
     for (;;) {
       std::function<void()> fn;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        cond_.wait(lock, [&] { return stopped_ || !queue.empty(); });
+        ready.wait(lock, [&] { return stopped_ || !queue.empty(); });
         if (queue.empty()) return;
         fn = std::move(queue.front());
         queue.pop_front();
@@ -101,7 +104,8 @@ class BoundedTaskQueue : public httplib::TaskQueue {
 
   size_t max_pending_;
   std::mutex mutex_;
-  std::condition_variable cond_;
+  std::condition_variable jobs_ready_;
+  std::condition_variable shed_ready_;
   std::deque<std::function<void()>> jobs_;
   std::deque<std::function<void()>> shed_;
   std::vector<std::thread> workers_;

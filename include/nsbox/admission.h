@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <mutex>
 
 namespace nsbox {
@@ -33,14 +34,18 @@ class Admission {
   uint32_t queued() const;
 
  private:
+  // Wakes the first waiter when a slot is free for it (it wakes the next in
+  // turn), and wait_idle's callers when nothing runs or waits. Only those:
+  // with 64 waiters, waking them all on every release costs more CPU than
+  // the request it lets through.
+  void wake_locked();
+
   mutable std::mutex mutex_;
-  std::condition_variable changed_;
+  std::list<std::condition_variable*> waiters_;  // one per queued acquire, in arrival order
+  std::condition_variable idle_;
   uint32_t max_running_;
   uint32_t max_queued_;
   uint32_t running_ = 0;
-  uint32_t queued_ = 0;
-  uint64_t next_ticket_ = 0;  // FIFO: the ticket of the next request to queue
-  uint64_t serving_ = 0;      // and of the one whose turn it is
   bool closed_ = false;
 };
 

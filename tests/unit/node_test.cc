@@ -304,6 +304,32 @@ TEST(Admission, WaitersAreServedInArrivalOrder) {
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
 }
 
+TEST(Admission, TwoSlotsFreedAtOnceAdmitTwoWaiters) {
+  // Only the first waiter is woken on a release; once admitted it must wake
+  // the next when a slot is still free.
+  Admission a(2, 8);
+  ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+  ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
+  std::atomic<int> admitted{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 2; ++i) {
+    waiters.emplace_back([&] {
+      if (a.acquire() == Admission::Verdict::kAdmitted) ++admitted;
+    });
+  }
+  while (a.queued() != 2) std::this_thread::yield();
+  a.release();
+  a.release();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (admitted.load() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(admitted.load(), 2) << "a waiter was left waiting with a slot free";
+  a.close();  // frees a waiter left behind, so that the test ends either way
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(a.running(), static_cast<uint32_t>(admitted.load()));
+  EXPECT_EQ(a.queued(), 0u);
+}
+
 TEST(Admission, CloseWakesWaitersAndRefusesNewOnes) {
   Admission a(1, 4);
   ASSERT_EQ(a.acquire(), Admission::Verdict::kAdmitted);
