@@ -193,9 +193,11 @@ bool WarmPool::take(const std::string& key, int job_fd) {
       workers.erase(w);  // it died just now: try the next
       return take(key, job_fd);
     }
+    // Only a take from a full key holds its refill back: with one missing
+    // already, a refill is pending or under way, and must not be pushed.
+    const bool was_full = workers.size() >= it->second.entry.size;
     workers.erase(w);
-    const auto now = Clock::now();
-    if (it->second.refill_at <= now) it->second.refill_at = now + refill_delay_;
+    if (was_full) it->second.refill_at = Clock::now() + refill_delay_;
     stats_->hits.fetch_add(1);
     update_gauges();
     return true;

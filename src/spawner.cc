@@ -154,7 +154,9 @@ std::optional<std::string> apply_request_timeout(const Job& job, RunSpec& spec) 
          format_duration(spec.limits.wall_time) + "; " + format_duration(spec.limits.wall_time) + " applied";
 }
 
-json job_result(const Job& job, const Profile& profile, const RunSpec& spec, const ExecOutcome& outcome,
+// Takes the outcome: each artifact's bytes are freed once encoded, so that a
+// run's artifacts are not held twice over (raw and base64) at once.
+json job_result(const Job& job, const Profile& profile, const RunSpec& spec, ExecOutcome&& outcome,
                 const std::optional<std::string>& clamp_warning) {
   json j = to_json(outcome);
   j["run_id"] = job.run_id;
@@ -168,9 +170,10 @@ json job_result(const Job& job, const Profile& profile, const RunSpec& spec, con
                  {"pids", spec.limits.cgroup.pids}};
   if (clamp_warning) j["warnings"].push_back(*clamp_warning);
   j["artifacts"] = json::array();
-  for (const auto& a : outcome.run.artifacts) {
+  for (auto& a : outcome.run.artifacts) {
     j["artifacts"].push_back(
         {{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}, {"content_base64", base64(a.content)}});
+    std::string().swap(a.content);
   }
   j["artifacts_refused"] = outcome.run.artifacts_refused;
   return j;
@@ -218,12 +221,12 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
     RunSpec exec = exec_spec(spec, job.request.exec.language);
     leftovers.prepared = launcher.prepare_forked(exec, fork_server);
     ExecOutcome outcome = finish_exec(*leftovers.prepared, exec, job.request.exec, cancel_fd);
-    JobResult result = job_result(job, profile, spec, outcome, clamp_warning);
+    JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
     result["pool"] = "forked";
     return result;
   }
   ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
-  return job_result(job, profile, spec, outcome, clamp_warning);
+  return job_result(job, profile, spec, std::move(outcome), clamp_warning);
 }
 
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
@@ -298,7 +301,7 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
       ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd);
-      result = job_result(job, profile, spec, outcome, clamp_warning);
+      result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
       result["pool"] = "warm";
     }
     // Every process of the run is gone; reaping PID 1 (which takes the
@@ -447,7 +450,8 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
   while (!closing || !workers.empty()) {
     std::vector<pollfd> fds = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
     pool.add_pollfds(fds);
-    // Wakes up for a key held back after failures, to start it again.
+    // Wakes up for a key held back (after failures, or a take's refill
+    // delay), to start it.
     const auto retry = pool.next_retry();
     const int timeout = closing || !retry ? -1 : static_cast<int>(std::min<int64_t>(retry->count(), 60000));
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) ::_exit(1);

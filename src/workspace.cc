@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -79,8 +80,11 @@ bool is_mount_point(const std::string& path) {
 
 // Copies src_fd to a new file `name` in dst_dir (never replacing anything,
 // never through a symlink), hashing it; copies nothing when dst_dir < 0.
+// Copies at most limit bytes: an artifact's size was checked against the
+// caps before, and a file that grew since is cut there.
 std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_t uid, gid_t gid,
-                          bool chown_it, std::string* content = nullptr) {
+                          bool chown_it, std::string* content = nullptr,
+                          uint64_t limit = std::numeric_limits<uint64_t>::max()) {
   UniqueFd out;
   if (dst_dir >= 0) {
     out.reset(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
@@ -89,8 +93,9 @@ std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_
   }
   Sha256 hash;
   char buf[65536];
-  ssize_t n;
-  while ((n = ::read(src_fd, buf, sizeof(buf))) > 0) {
+  ssize_t n = 0;
+  while (limit > 0 && (n = ::read(src_fd, buf, static_cast<size_t>(std::min<uint64_t>(sizeof(buf), limit)))) > 0) {
+    limit -= static_cast<uint64_t>(n);
     hash.update(buf, static_cast<size_t>(n));
     if (content) content->append(buf, static_cast<size_t>(n));
     for (ssize_t done = 0; out && done < n;) {
@@ -161,7 +166,8 @@ struct Collector {
     total += size;
     Artifact artifact{rel, size, {}, {}};
     if (spec.keep_content) artifact.content.reserve(size);
-    artifact.sha256 = copy_and_hash(fd.get(), dst_fd, n, 0, 0, false, spec.keep_content ? &artifact.content : nullptr);
+    artifact.sha256 =
+        copy_and_hash(fd.get(), dst_fd, n, 0, 0, false, spec.keep_content ? &artifact.content : nullptr, size);
     report.artifacts.push_back(std::move(artifact));
   }
 };

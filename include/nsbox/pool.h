@@ -51,9 +51,9 @@ constexpr uint32_t kMaxStartingPerKey = 2;
 
 // A take's replacement starts this long after the take, not at once: the
 // run just taken then has the CPUs to itself for the first part of its
-// path (on 2 cores, a refill's start-up takes both for a while). Takes that
-// follow within the delay do not push it further, so a steady stream of
-// takes still refills at least this often.
+// path (on 2 cores, a refill's start-up takes both for a while). Only a
+// take from a full key sets it: takes that follow while a refill is pending
+// do not push it further, so a steady stream of takes still refills.
 constexpr std::chrono::milliseconds kRefillDelay{5};
 
 // After a warm sandbox (or fork server) of a key ends before it was ready,

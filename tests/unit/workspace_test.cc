@@ -83,6 +83,18 @@ TEST_F(Artifacts, CopiedWithoutContentUnlessAsked) {
   EXPECT_EQ(read_file(root_ / "copy" / "sub" / "b.bin"), binary_);
 }
 
+TEST_F(Artifacts, AnEmptyFileIsAnArtifactWithTheEmptyDigest) {
+  write_file(root_ / "ws" / "out" / "empty", "");
+  WorkspaceSpec spec;
+  spec.keep_content = true;
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 3u);
+  EXPECT_EQ(report.artifacts[1].name, "empty");
+  EXPECT_EQ(report.artifacts[1].size, 0u);
+  EXPECT_TRUE(report.artifacts[1].content.empty());
+  EXPECT_EQ(report.artifacts[1].sha256, sha256_of(""));
+}
+
 TEST_F(Artifacts, OverTheByteCapIsRefusedAndNotKept) {
   WorkspaceSpec spec;
   spec.keep_content = true;
