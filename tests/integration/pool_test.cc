@@ -176,7 +176,12 @@ TEST(PoolRefill, AtMostTwoSandboxesPerKeyStartAtOnce) {
 // CPU seconds a process and its reaped children used (/proc/PID/stat).
 double cpu_seconds_with_children(pid_t pid) {
   std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) {
+    ADD_FAILURE() << "process " << pid << " is gone";
+    return 0;
+  }
+  std::istringstream rest(stat.substr(close + 2));
   std::string field;
   double ticks = 0;
   for (int i = 3; i <= 17 && rest >> field; ++i)
@@ -189,8 +194,10 @@ TEST(PoolRefill, ASandboxThatCannotStartIsRetriedWithBackoff) {
   const std::string profile = dir.write("broken.yaml", "name: broken\nextends: default\nfilesystem:\n  rootfs: /nonexistent-rootfs\n");
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
   ASSERT_TRUE(node.ready()) << node.log();
+  // The node's own child: a worker the spawner has just forked is named
+  // nsbox-spawner too until it names itself, and may be gone a moment later.
   pid_t spawner = 0;
-  for (pid_t pid : descendants_with_cmdline(node.pid(), "serve"))
+  for (pid_t pid : children_of(node.pid()))
     if (slurp("/proc/" + std::to_string(pid) + "/comm") == "nsbox-spawner\n") spawner = pid;
   ASSERT_GT(spawner, 0);
   std::this_thread::sleep_for(500ms);
