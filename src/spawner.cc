@@ -13,7 +13,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -200,16 +199,11 @@ void send_result(int job_fd, const json& result) {
   }
 }
 
-// What a finished run still holds once its result is built: a forked run's
-// PID 1, whose teardown waits for the run's whole pid namespace to end. A
-// worker answers first, then lets it go.
-struct RunLeftovers {
-  std::unique_ptr<PreparedRun> prepared;
-};
-
-// run_job, leaving what the answer does not need to leftovers.
+// run_job, but a run forked at the request is left in forked_run: its
+// teardown waits for the run's whole pid namespace to end, so a worker
+// answers first and lets it go after.
 JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
-                          const ParsedProfiles* profiles, RunLeftovers& leftovers) {
+                          const ParsedProfiles* profiles, std::unique_ptr<PreparedRun>& forked_run) {
   static const ParsedProfiles kNone;
   const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
   const Profile& profile = *parsed;
@@ -219,8 +213,8 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
     // No warm sandbox was ready: the fork server forks one now, which is
     // still far cheaper than starting an interpreter.
     RunSpec exec = exec_spec(spec, job.request.exec.language);
-    leftovers.prepared = launcher.prepare_forked(exec, fork_server);
-    ExecOutcome outcome = finish_exec(*leftovers.prepared, exec, job.request.exec, cancel_fd);
+    forked_run = launcher.prepare_forked(exec, fork_server);
+    ExecOutcome outcome = finish_exec(*forked_run, exec, job.request.exec, cancel_fd);
     JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
     result["pool"] = "forked";
     return result;
@@ -236,17 +230,17 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
   json result;
   {
-    RunLeftovers leftovers;
+    std::unique_ptr<PreparedRun> forked_run;
     try {
-      result = run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, leftovers);
+      result = run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run);
       if (!result.contains("pool")) result["pool"] = "cold";
     } catch (const std::exception& e) {
       result = failure_result(std::string("The sandbox could not be started: ") + e.what());
     } catch (...) {
       result = failure_result("The sandbox could not be started: unknown error");
     }
-    // The server reads the answer to end of file: it is complete before the
-    // leftovers go (a forked run's teardown waits for its pid namespace).
+    // The server reads the answer to end of file: it is complete before a
+    // forked run's teardown, which waits for its pid namespace.
     send_result(job_fd, result);
     ::close(job_fd);
   }
@@ -292,11 +286,10 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
     }
     const Job job = decode_job(read_job(job_fd));
     json result;
-    RunLeftovers leftovers;
     if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      result = run_job_leaving(launcher, job, job_fd, -1, &profiles, leftovers);
+      result = run_job(launcher, job, job_fd, -1, &profiles);
       result["pool"] = "cold";
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
@@ -613,8 +606,8 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
 
 JobResult run_job(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
                   const ParsedProfiles* profiles) {
-  RunLeftovers leftovers;
-  return run_job_leaving(launcher, job, cancel_fd, fork_server, profiles, leftovers);
+  std::unique_ptr<PreparedRun> forked_run;
+  return run_job_leaving(launcher, job, cancel_fd, fork_server, profiles, forked_run);
 }
 
 }  // namespace nsbox
