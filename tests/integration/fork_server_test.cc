@@ -175,6 +175,35 @@ TEST_F(ForkServer, ClonesEachRunsPid1Itself) {
   EXPECT_NE(host_namespaces(init).at("user"), zygote.at("user"));
 }
 
+// Minor page faults a process has taken: field 10 of /proc/PID/stat.
+long minor_faults(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream in(stat.substr(paren + 1));
+  std::vector<std::string> fields{std::istream_iterator<std::string>(in), {}};
+  return fields.size() > 7 ? std::stol(fields[7]) : -1;  // fields[0] is field 3
+}
+
+// A run's PID 1 lives as long as the run and runs no Python (forkinit.c):
+// it copies next to none of the fork server's pages, and the workload it
+// forks starts from the fork server's clean copy. PID 1 in Python took
+// about 725 faults here; in C, 22.
+TEST_F(ForkServer, Pid1CopiesAlmostNothingOfTheForkServer) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  const std::vector<pid_t> children = children_of(zygotes[0]);
+  ASSERT_EQ(children.size(), 1u);
+  const pid_t init = children[0];
+  // Its set-up is done: the warm sandbox's runner waits for its job.
+  const std::vector<pid_t> workload = children_of(init);
+  ASSERT_EQ(workload.size(), 1u);
+  EXPECT_EQ(slurp("/proc/" + std::to_string(workload[0]) + "/comm"), "python3\n");
+  const long faults = minor_faults(init);
+  EXPECT_GE(faults, 0);
+  EXPECT_LT(faults, 100) << "PID 1 of a forked run touched its copy of the fork server's memory";
+}
+
 TEST_F(ForkServer, HoldsNoPrivilege) {
   const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
   ASSERT_EQ(zygotes.size(), 1u);
