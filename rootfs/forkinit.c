@@ -135,16 +135,34 @@ static void send_self(const struct nsbox_run* run, char tag) {
   close(me);
 }
 
-/* Waits while nsbox moves this process into the run's cgroup. Until then
- * the memory it touches stays charged to the fork server's cgroup, so it
- * does nothing else first. */
-static void wait_for_cgroup(const struct nsbox_run* run) {
+/* Gets this process into the run's cgroup. Until then the memory it
+ * touches stays charged to the fork server's cgroup, so it does nothing
+ * else first. nsbox answers 'c': on cgroup v2 it has moved this process; on
+ * v1 the answer carries the run's tasks files, opened by nsbox, and this
+ * process joins by writing "0" to each (moving oneself takes no global
+ * lock, unlike a move by pid). */
+static void join_run_cgroup(const struct nsbox_run* run) {
   send_self(run, 'P');
+  enum { MAX_JOIN_FDS = 7 };
   char answer = 0;
+  char control[CMSG_SPACE(sizeof(int) * MAX_JOIN_FDS)];
+  memset(control, 0, sizeof control);
+  struct iovec iov = {.iov_base = &answer, .iov_len = 1};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
   ssize_t n;
-  do n = recv(run->fds[FD_RUN], &answer, 1, 0);
+  do n = recvmsg(run->fds[FD_RUN], &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n != 1 || answer != 'c') _exit(SETUP_FAILED_EXIT);
+  if (n != 1 || answer != 'c' || (msg.msg_flags & MSG_CTRUNC)) _exit(SETUP_FAILED_EXIT);
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int fds[MAX_JOIN_FDS];
+    memcpy(fds, CMSG_DATA(c), count * sizeof(int));
+    for (size_t i = 0; i < count; ++i) {
+      if (write(fds[i], "0", 1) != 1) fail(run, "join cgroup", "tasks", errno);
+      close(fds[i]);
+    }
+  }
 }
 
 /* Maps the zygote's single uid and gid in the run's user namespace, then
@@ -327,7 +345,7 @@ static void reap_until_workload_ends(const struct nsbox_run* run, pid_t workload
 /* PID 1 of the run, just cloned: sets the run up and forks the workload.
  * Returns 0 in the workload only. */
 static long run_init(const struct nsbox_run* run) {
-  wait_for_cgroup(run);
+  join_run_cgroup(run);
   close(run->control_fd);
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);

@@ -2,6 +2,7 @@
 // cpuacct, pids and freezer hierarchies, under nsbox's own cgroup in each.
 // The child is moved in before it runs anything; the run is killed by
 // freezing it and signalling every member.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,6 +64,16 @@ class V1RunCgroup : public RunCgroup {
   int clone_into_fd() const override { return -1; }
   void add_process(pid_t pid) override {
     for (const auto& dir : unique_dirs_) write_text(dir + "/cgroup.procs", std::to_string(pid));
+  }
+  std::vector<UniqueFd> open_join_fds() const override {
+    std::vector<UniqueFd> fds;
+    for (const auto& dir : unique_dirs_) {
+      const std::string path = dir + "/tasks";
+      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+      if (!fd) throw SysError("open", path, errno);
+      fds.push_back(std::move(fd));
+    }
+    return fds;
   }
   CgroupUsage usage() const override {
     CgroupUsage u;

@@ -70,6 +70,7 @@ class V2RunCgroup : public RunCgroup {
   }
   int clone_into_fd() const override { return fd_.get(); }
   void add_process(pid_t pid) override { write_text(dir_ + "/cgroup.procs", std::to_string(pid)); }
+  std::vector<UniqueFd> open_join_fds() const override { return {}; }
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.cpu_ms = cpu_ms();

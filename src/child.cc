@@ -262,6 +262,13 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
   }
   if (n != 1) ::_exit(kSetupFailedExit);  // supervisor gone or gave up
+  // Into the run's cgroup (v1) before anything else: the memory of every
+  // mount and namespace below is the run's, and no workload can exist
+  // outside it.
+  for (size_t i = 0; i < c.join_fd_count; ++i) {
+    if (::write(c.join_fds[i], "0", 1) != 1) fail(c, "join cgroup", "tasks", errno);
+    ::close(c.join_fds[i]);
+  }
   const char* step = nullptr;
   if (int err = c.caps->drop_bounding_and_lock(&step)) fail(c, step, "sandbox", err);
   // Become the sandbox user first: files created while building /dev need an
@@ -285,15 +292,9 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
   if (c.proxy_sock >= 0) hand_over_proxy_listener(c);
 
-  // The second byte: PID 1 is in the run's cgroup (on cgroup v1 the
-  // supervisor moves it while the mounts above are made: the move waits for
-  // an RCU grace period). No workload exists before this.
-  while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
-  }
-  if (n != 1) ::_exit(kSetupFailedExit);
   ::close(c.sync_fd);
   // A cgroup namespace rooted at the run's cgroup: on cgroup v1 PID 1 was
-  // cloned (with the first one) before it was moved in, and /proc/self/cgroup
+  // cloned (with the first one) before it joined it, and /proc/self/cgroup
   // would show the host's path of the run's cgroup.
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(c, "unshare", "cgroup namespace", errno);
 

@@ -781,6 +781,11 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     std::sort(keep.begin(), keep.end());
 
     const SeccompProgram& program = seccomp_for(spec.seccomp);
+    // v1 has no CLONE_INTO_CGROUP: PID 1 joins the run's cgroup itself, first
+    // thing, through these (no workload code ever runs outside it).
+    std::vector<UniqueFd> join = cgroup ? cgroup->open_join_fds() : std::vector<UniqueFd>{};
+    std::vector<int> join_fds;
+    for (const auto& fd : join) join_fds.push_back(fd.get());
     ChildConfig config{
         .sync_fd = sync.read.get(),
         .error_fd = errors.write.get(),
@@ -791,6 +796,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
         .result_fd = fd3_pipe ? fd3_pipe->write.get() : spec.fd3_socket,
         .keep_fds = keep.data(),
         .keep_fd_count = keep.size(),
+        .join_fds = join_fds.data(),
+        .join_fd_count = join_fds.size(),
         .mounts = plan.raw().data(),
         .mount_count = plan.raw().size(),
         .hostname = spec.hostname.c_str(),
@@ -813,6 +820,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
 
     st->proc.emplace(clone_sandbox(config, cgroup ? cgroup->clone_into_fd() : -1));
     SandboxProcess& proc = *st->proc;
+    join.clear();
     sync.read.reset();
     notify_send.reset();
     proxy_send.reset();
@@ -840,14 +848,6 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     // sync.write stays open until the run ends: the child treats its hang-up
     // as the supervisor's death.
     if (::write(sync.write.get(), "g", 1) != 1) throw SysError("write", "sandbox sync pipe", errno);
-    // v1 has no CLONE_INTO_CGROUP: PID 1 is moved in while it builds the
-    // mounts (the move waits for an RCU grace period, ~10 ms), and forks the
-    // workload only after the second byte, so no workload code ever runs
-    // outside the cgroup.
-    if (cgroup && cgroup->clone_into_fd() < 0) cgroup->add_process(proc.pid());
-    // EPIPE: the child already failed its setup; its report says why.
-    if (::write(sync.write.get(), "c", 1) != 1 && errno != EPIPE)
-      throw SysError("write", "sandbox sync pipe", errno);
   } catch (const SysError& e) {
     fail_preparation(*st, e);
   }
@@ -865,25 +865,30 @@ bool alive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
-// Sends a fork request: text and fds in one message (SCM_RIGHTS). Waits for
-// room in the socket up to the step timeout (a stuck fork server).
-void send_fork_request(int sock, const std::string& text, const int (&fds)[kForkRequestFds]) {
+// Sends text and fds (SCM_RIGHTS, none when count is 0) in one message.
+// Waits for room in the socket up to the step timeout (a stuck fork
+// server); `what` names the message in the error.
+void send_with_fds(int sock, const std::string& text, const int* fds, size_t count, const char* what) {
+  constexpr size_t kMaxFds = kForkRequestFds;
+  if (count > kMaxFds) throw SysError(what, "more fds than a fork message carries", E2BIG);
   iovec iov{const_cast<char*>(text.data()), text.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kForkRequestFds)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * kForkRequestFds);
-  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * kForkRequestFds);
+  if (count > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
+  }
   const auto deadline = Clock::now() + std::chrono::milliseconds(kForkStepTimeoutMs);
   while (::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
     if (errno == EINTR) continue;
-    if (errno != EAGAIN || Clock::now() >= deadline) throw SysError("send fork request", "fork server", errno);
+    if (errno != EAGAIN || Clock::now() >= deadline) throw SysError("send", what, errno);
     pollfd p{sock, POLLOUT, 0};
     ::poll(&p, 1, ms_until(deadline));
   }
@@ -985,9 +990,11 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     if (::setsockopt(run_sock.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
       throw SysError("setsockopt", "SO_PASSCRED", errno);
     const SeccompProgram& program = seccomp_for(spec.seccomp);
-    send_fork_request(fork_server, "F" + fork_request(spec, rlimits, program),
-                      {theirs.get(), in_pipe.read.get(), out_pipe.write.get(), err_pipe.write.get(),
-                       fd3_pipe.write.get(), errors.write.get(), reports.write.get()});
+    const int request_fds[kForkRequestFds] = {theirs.get(),         in_pipe.read.get(),  out_pipe.write.get(),
+                                              err_pipe.write.get(), fd3_pipe.write.get(), errors.write.get(),
+                                              reports.write.get()};
+    send_with_fds(fork_server, "F" + fork_request(spec, rlimits, program), request_fds, kForkRequestFds,
+                  "fork request to the fork server");
     for (UniqueFd* fd : {&theirs, &in_pipe.read, &out_pipe.write, &err_pipe.write, &fd3_pipe.write, &errors.write,
                          &reports.write})
       fd->reset();
@@ -1007,8 +1014,14 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     // PID 1 waits for the answer, so its pid cannot have been reused unless
     // it was killed: checked right before the write.
     if (!alive(st->proc->pidfd())) throw SysError("fork server", "the run's PID 1 died before its cgroup move", ESRCH);
-    cgroup->add_process(init);
-    if (::send(run_sock.get(), "c", 1, MSG_NOSIGNAL) != 1) throw SysError("send", "run init", errno);
+    // v1: PID 1 joins the cgroup itself through the fds the answer carries
+    // (no RCU grace period); v2: it is moved here.
+    std::vector<UniqueFd> join = cgroup->open_join_fds();
+    if (join.empty()) cgroup->add_process(init);
+    std::vector<int> join_fds;
+    for (const auto& fd : join) join_fds.push_back(fd.get());
+    send_with_fds(run_sock.get(), "c", join_fds.data(), join_fds.size(), "cgroup answer to the run's PID 1");
+    join.clear();
     UniqueFd ready_pidfd;
     if (expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &ready_pidfd) != init)
       throw SysError("fork server", "the run's view was reported by another process than its PID 1", EPROTO);

@@ -15,8 +15,7 @@
 namespace nsbox {
 
 struct ChildConfig {
-  int sync_fd;    // read end: a byte once the id maps are written, a second once
-                  // PID 1 is in the run's cgroup; EOF aborts
+  int sync_fd;    // read end: a byte once the id maps are written; EOF aborts
   int error_fd;   // write end, O_CLOEXEC: ChildFailure records
   int report_fd;  // write end: our PID 1's InitReport
   int stdin_fd;   // -1: inherit nsbox's stdio
@@ -25,6 +24,11 @@ struct ChildConfig {
   int result_fd;  // -1, or an fd that becomes the workload's fd 3 (agent results)
   const int* keep_fds;  // sorted; every other fd >= 3 is closed first thing
   size_t keep_fd_count;
+  // cgroup v1: the run's tasks files (RunCgroup::open_join_fds), which
+  // PID 1 writes "0" to, and closes, before anything else. On v2 it is
+  // cloned into its cgroup instead and there are none.
+  const int* join_fds;
+  size_t join_fd_count;
 
   const RawMountOp* mounts;
   size_t mount_count;

@@ -2,7 +2,9 @@
 // each test runs a real workload against a real limit.
 #include <signal.h>
 #include <dirent.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +70,63 @@ class Cgroups : public ::testing::Test {
                       "by FailClosed.*";
   }
 };
+
+// PID 1 on a v1 host joins its run cgroup itself: nsbox opens the tasks
+// files, the child (another user by then) writes "0" to each. The kernel
+// checks that write against nsbox's credentials from the open; the child
+// ends up in the run's cgroup in every hierarchy.
+TEST_F(Cgroups, AChildJoinsItsRunCgroupThroughTheFdsNsboxOpened) {
+  const CgroupHost& host = launcher().cgroup_host();
+  const std::string version = host.choose({"memory", "cpu", "pids"});
+  const std::string name = next_run_cgroup_name();
+  auto cgroup = create_run_cgroup(host, version, CgroupLimits{.memory_bytes = 64 << 20, .pids = 16}, name);
+  std::vector<UniqueFd> join = cgroup->open_join_fds();
+  if (version == "v2") {
+    EXPECT_TRUE(join.empty()) << "v2 clones PID 1 into its cgroup";
+    EXPECT_GE(cgroup->clone_into_fd(), 0);
+    return;
+  }
+  ASSERT_FALSE(join.empty());
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(out[0]);
+    // As the sandbox's user, in a user namespace of its own, as PID 1 is.
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0 ||
+        ::unshare(CLONE_NEWUSER) != 0)
+      ::_exit(2);
+    for (const auto& fd : join)
+      if (::write(fd.get(), "0", 1) != 1) ::_exit(3);
+    const std::string cgroups = slurp("/proc/self/cgroup");
+    if (::write(out[1], cgroups.data(), cgroups.size()) != static_cast<ssize_t>(cgroups.size())) ::_exit(4);
+    ::_exit(0);
+  }
+  ::close(out[1]);
+  const size_t hierarchies = join.size();  // one tasks file per hierarchy
+  join.clear();
+  std::string seen;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) seen.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  // memory, cpu, cpuacct, pids, freezer: each line ends in the run's name.
+  std::istringstream lines(seen);
+  int joined_hierarchies = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const bool in_run = line.size() > name.size() && line.compare(line.size() - name.size(), name.size(), name) == 0;
+    for (const char* c : {"memory", "pids"}) {
+      if (line.find(std::string(":") + c + ":") != std::string::npos) {
+        EXPECT_TRUE(in_run) << line;
+      }
+    }
+    joined_hierarchies += in_run;
+  }
+  EXPECT_EQ(joined_hierarchies, static_cast<int>(hierarchies)) << seen;
+}
 
 TEST_F(Cgroups, MemoryBombEndsAsOomWithoutHurtingTheHost) {
   const int64_t before = mem_available_kib();
