@@ -41,6 +41,16 @@ class ForkServer : public ::testing::Test {
     ASSERT_TRUE(node_.ready()) << node_.log();
     ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 4)) << node_.log();  // 2 tenants x 2 languages
   }
+  // The fork server and the PID 1 of the forked tenant's one warm sandbox,
+  // ready (SetUp waited for it).
+  void find_warm_init(pid_t* zygote, pid_t* init) const {
+    const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+    ASSERT_EQ(zygotes.size(), 1u);
+    const std::vector<pid_t> children = children_of(zygotes[0]);
+    ASSERT_EQ(children.size(), 1u);
+    *zygote = zygotes[0];
+    *init = children[0];
+  }
   TempDir dir_;
   NodeProcess node_{"tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " +
                     std::string(kForkedToken) + "\n    profile: " +
@@ -159,19 +169,15 @@ std::string status_field(pid_t pid, const std::string& name) {
 // The fork server clones each run's PID 1 itself, straight into the run's
 // namespaces: no process stands between them (one fork fewer per run).
 TEST_F(ForkServer, ClonesEachRunsPid1Itself) {
-  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
-  ASSERT_EQ(zygotes.size(), 1u);
-  // The forked tenant's one warm sandbox, ready (SetUp waited for it).
-  const std::vector<pid_t> children = children_of(zygotes[0]);
-  ASSERT_EQ(children.size(), 1u);
-  const pid_t init = children[0];
+  pid_t zygote_pid = 0, init = 0;
+  ASSERT_NO_FATAL_FAILURE(find_warm_init(&zygote_pid, &init));
   EXPECT_EQ(slurp("/proc/" + std::to_string(init) + "/comm"), "nsbox-init\n");
   std::istringstream nspid(status_field(init, "NSpid"));
   std::vector<std::string> levels{std::istream_iterator<std::string>(nspid), {}};
   ASSERT_EQ(levels.size(), 3u) << "host, the fork server's pid namespace, the run's";
   EXPECT_EQ(levels.back(), "1");
   // Its user namespace is a child of the fork server's.
-  const auto zygote = host_namespaces(zygotes[0]);
+  const auto zygote = host_namespaces(zygote_pid);
   EXPECT_NE(host_namespaces(init).at("user"), zygote.at("user"));
 }
 
@@ -190,11 +196,8 @@ long minor_faults(pid_t pid) {
 // forks starts from the fork server's clean copy. PID 1 in Python took
 // about 725 faults here; in C, 22.
 TEST_F(ForkServer, Pid1CopiesAlmostNothingOfTheForkServer) {
-  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
-  ASSERT_EQ(zygotes.size(), 1u);
-  const std::vector<pid_t> children = children_of(zygotes[0]);
-  ASSERT_EQ(children.size(), 1u);
-  const pid_t init = children[0];
+  pid_t zygote = 0, init = 0;
+  ASSERT_NO_FATAL_FAILURE(find_warm_init(&zygote, &init));
   // Its set-up is done: the warm sandbox's runner waits for its job.
   const std::vector<pid_t> workload = children_of(init);
   ASSERT_EQ(workload.size(), 1u);
