@@ -13,8 +13,9 @@
  * little else, so PID 1 shares nearly all its memory with the fork server
  * and the workload is forked from a clean copy.
  *
- * Built by tools/build-rootfs into /opt/nsbox/forkinit.so, against the
- * tree's own glibc (the host's and the tree's Debian release are the same).
+ * Built by tools/build-rootfs into /opt/nsbox/forkinit.so with the host's
+ * compiler and glibc headers; the host and the tree are the same Debian
+ * release, so the tree's glibc has every symbol it uses (checked there).
  * Failures go to the error fd as nsbox's ChildFailure, PID 1's report of the
  * workload's end as InitReport (include/nsbox/child_report.h). */
 #define _GNU_SOURCE
@@ -122,10 +123,14 @@ static void write_file(const struct nsbox_run* run, const char* path, const char
 static void send_self(const struct nsbox_run* run, char tag) {
   int me = (int)syscall(SYS_pidfd_open, getpid(), 0);
   if (me < 0) fail(run, "pidfd_open", "run init", errno);
-  char control[CMSG_SPACE(sizeof(int))];
-  memset(control, 0, sizeof control);
+  union {
+    char bytes[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
   struct iovec iov = {.iov_base = &tag, .iov_len = 1};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
   struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -137,32 +142,42 @@ static void send_self(const struct nsbox_run* run, char tag) {
 
 /* Gets this process into the run's cgroup. Until then the memory it
  * touches stays charged to the fork server's cgroup, so it does nothing
- * else first. nsbox answers 'c': on cgroup v2 it has moved this process; on
- * v1 the answer carries the run's tasks files, opened by nsbox, and this
- * process joins by writing "0" to each (moving oneself takes no global
- * lock, unlike a move by pid). */
+ * else first. nsbox answers 'c' once it has moved this process (cgroup v2),
+ * or 'j' with the run's tasks files, opened by nsbox (v1): this process
+ * joins by writing "0" to each, as moving oneself takes no global lock on
+ * this kernel, unlike a move by pid. nsbox checks the result. */
 static void join_run_cgroup(const struct nsbox_run* run) {
   send_self(run, 'P');
   enum { MAX_JOIN_FDS = 7 };
   char answer = 0;
-  char control[CMSG_SPACE(sizeof(int) * MAX_JOIN_FDS)];
-  memset(control, 0, sizeof control);
+  union {
+    char bytes[CMSG_SPACE(sizeof(int) * MAX_JOIN_FDS)];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
   struct iovec iov = {.iov_base = &answer, .iov_len = 1};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
   ssize_t n;
   do n = recvmsg(run->fds[FD_RUN], &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  if (n != 1 || answer != 'c' || (msg.msg_flags & MSG_CTRUNC)) _exit(SETUP_FAILED_EXIT);
+  if (n != 1 || (answer != 'c' && answer != 'j') || (msg.msg_flags & MSG_CTRUNC)) _exit(SETUP_FAILED_EXIT);
+  size_t joined = 0;
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     int fds[MAX_JOIN_FDS];
     memcpy(fds, CMSG_DATA(c), count * sizeof(int));
     for (size_t i = 0; i < count; ++i) {
-      if (write(fds[i], "0", 1) != 1) fail(run, "join cgroup", "tasks", errno);
+      ssize_t w;
+      do w = write(fds[i], "0", 1);
+      while (w < 0 && errno == EINTR);
+      if (w != 1) fail(run, "join cgroup", "tasks", w < 0 ? errno : EIO);
       close(fds[i]);
+      ++joined;
     }
   }
+  if (answer == 'j' && joined == 0) fail(run, "join cgroup", "tasks (none received)", EPROTO);
 }
 
 /* Maps the zygote's single uid and gid in the run's user namespace, then

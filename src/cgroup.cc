@@ -107,6 +107,37 @@ std::string process_start_time(pid_t pid) {
   return {};
 }
 
+std::map<std::string, std::string> cgroup_paths_of(pid_t pid) {
+  // "0::/path" (v2) and "N:ctrl1,ctrl2:/path" (v1).
+  std::map<std::string, std::string> paths;
+  std::string text;
+  if (!try_read_text(pid ? "/proc/" + std::to_string(pid) + "/cgroup" : "/proc/self/cgroup", &text)) return paths;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    auto first = line.find(':');
+    auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.empty()) {
+      paths[""] = path;
+      continue;
+    }
+    std::istringstream cs(controllers);
+    for (std::string c; std::getline(cs, c, ',');) paths[c] = path;
+  }
+  return paths;
+}
+
+bool ends_with_dir(const std::string& cgroup_path, const std::string& dir) {
+  const size_t name = dir.rfind('/');
+  const size_t parent = name == std::string::npos || name == 0 ? std::string::npos : dir.rfind('/', name - 1);
+  if (parent == std::string::npos) return false;
+  const std::string tail = dir.substr(parent);  // "/nsbox/run-..."
+  return cgroup_path.size() >= tail.size() &&
+         cgroup_path.compare(cgroup_path.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 bool run_owner_alive(const std::string& run_name) {
   // run-<pid>-<starttime>-<n>
   std::istringstream in(run_name);
@@ -179,24 +210,9 @@ std::string join_cgroup_path(const MountEntry& m, const std::string& cgroup_path
 
 CgroupHost CgroupHost::detect(const std::string& v2_parent_override) {
   CgroupHost host;
-  // /proc/self/cgroup: "0::/path" (v2) and "N:ctrl1,ctrl2:/path" (v1).
-  std::string v2_path;
-  std::map<std::string, std::string> v1_paths;
-  std::istringstream in(read_text("/proc/self/cgroup"));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto first = line.find(':');
-    auto second = line.find(':', first + 1);
-    if (first == std::string::npos || second == std::string::npos) continue;
-    std::string controllers = line.substr(first + 1, second - first - 1);
-    std::string path = line.substr(second + 1);
-    if (controllers.empty()) {
-      v2_path = path;
-      continue;
-    }
-    std::istringstream cs(controllers);
-    for (std::string c; std::getline(cs, c, ',');) v1_paths[c] = path;
-  }
+  std::map<std::string, std::string> v1_paths = cgroup_paths_of(0);
+  const std::string v2_path = v1_paths[""];
+  v1_paths.erase("");
   for (const auto& m : cgroup_mounts()) {
     if (m.fstype == "cgroup2") {
       if (host.v2_mount) continue;

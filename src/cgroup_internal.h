@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,14 @@ void remove_when_empty(const std::string& dir);
 
 // The directory under nsbox's own cgroup that holds its run cgroups.
 constexpr const char* kParentName = "nsbox";
+
+// /proc/PID/cgroup (pid 0: this process) as controller -> path, relative
+// to this process's cgroup namespace; v2's line has the controller "".
+// Empty when the process is gone.
+std::map<std::string, std::string> cgroup_paths_of(pid_t pid);
+// Whether a /proc/PID/cgroup path names run cgroup dir: both end in the
+// same "/nsbox/run-..." (run names are unique per nsbox process).
+bool ends_with_dir(const std::string& cgroup_path, const std::string& dir);
 
 }  // namespace nsbox::cgroup_internal
 

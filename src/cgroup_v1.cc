@@ -75,6 +75,14 @@ class V1RunCgroup : public RunCgroup {
     }
     return fds;
   }
+  bool holds(pid_t pid) const override {
+    const std::map<std::string, std::string> paths = cgroup_paths_of(pid);
+    for (const auto& [controller, dir] : dirs_) {
+      auto it = paths.find(controller);
+      if (it == paths.end() || !ends_with_dir(it->second, dir)) return false;
+    }
+    return !dirs_.empty();
+  }
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.cpu_ms = cpu_ms();

@@ -71,6 +71,11 @@ class V2RunCgroup : public RunCgroup {
   int clone_into_fd() const override { return fd_.get(); }
   void add_process(pid_t pid) override { write_text(dir_ + "/cgroup.procs", std::to_string(pid)); }
   std::vector<UniqueFd> open_join_fds() const override { return {}; }
+  bool holds(pid_t pid) const override {
+    const std::map<std::string, std::string> paths = cgroup_paths_of(pid);
+    auto it = paths.find("");
+    return it != paths.end() && ends_with_dir(it->second, dir_);
+  }
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.cpu_ms = cpu_ms();

@@ -263,10 +263,13 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   }
   if (n != 1) ::_exit(kSetupFailedExit);  // supervisor gone or gave up
   // Into the run's cgroup (v1) before anything else: the memory of every
-  // mount and namespace below is the run's, and no workload can exist
-  // outside it.
+  // mount below is the run's (the namespaces clone made were charged
+  // before), and no workload can exist outside it.
   for (size_t i = 0; i < c.join_fd_count; ++i) {
-    if (::write(c.join_fds[i], "0", 1) != 1) fail(c, "join cgroup", "tasks", errno);
+    ssize_t written;
+    while ((written = ::write(c.join_fds[i], "0", 1)) < 0 && errno == EINTR) {
+    }
+    if (written != 1) fail(c, "join cgroup", "tasks", written < 0 ? errno : EIO);
     ::close(c.join_fds[i]);
   }
   const char* step = nullptr;

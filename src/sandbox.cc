@@ -1011,20 +1011,30 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     UniqueFd init_pidfd;
     const pid_t init = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "run init", &init_pidfd);
     st->proc.emplace(init, std::move(init_pidfd), false);
-    // PID 1 waits for the answer, so its pid cannot have been reused unless
-    // it was killed: checked right before the write.
-    if (!alive(st->proc->pidfd())) throw SysError("fork server", "the run's PID 1 died before its cgroup move", ESRCH);
-    // v1: PID 1 joins the cgroup itself through the fds the answer carries
-    // (no RCU grace period); v2: it is moved here.
+    // v1: PID 1 joins the cgroup itself through the fds the answer 'j'
+    // carries (no RCU grace period); v2: it is moved here, and the answer
+    // is 'c'. A PID 1 that knows only 'c' (a rootfs older than this binary)
+    // exits rather than go on outside the cgroup.
     std::vector<UniqueFd> join = cgroup->open_join_fds();
-    if (join.empty()) cgroup->add_process(init);
+    if (join.empty()) {
+      // PID 1 waits for the answer, so its pid cannot have been reused
+      // unless it was killed: checked right before the move by pid.
+      if (!alive(st->proc->pidfd()))
+        throw SysError("fork server", "the run's PID 1 died before its cgroup move", ESRCH);
+      cgroup->add_process(init);
+    }
     std::vector<int> join_fds;
     for (const auto& fd : join) join_fds.push_back(fd.get());
-    send_with_fds(run_sock.get(), "c", join_fds.data(), join_fds.size(), "cgroup answer to the run's PID 1");
+    send_with_fds(run_sock.get(), join.empty() ? "c" : "j", join_fds.data(), join_fds.size(),
+                  "cgroup answer to the run's PID 1");
     join.clear();
     UniqueFd ready_pidfd;
     if (expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &ready_pidfd) != init)
       throw SysError("fork server", "the run's view was reported by another process than its PID 1", EPROTO);
+    // The join ran in code the rootfs ships, not this binary: no workload
+    // exists yet, and none is let run unless PID 1 is in the run's cgroup.
+    if (!cgroup->holds(init))
+      throw SysError("fork server", "the run's PID 1 is not in the run's cgroup (" + cgroup->describe() + ")", EPERM);
     if (spec.workspace) {
       // Opened while PID 1 is alive (so /proc/PID is it), before any user
       // code has arrived; read after the run.

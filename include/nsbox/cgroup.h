@@ -75,12 +75,16 @@ class RunCgroup {
   // v1: the run's `tasks` file in each hierarchy, opened for writing. A
   // single-threaded process that writes "0" to each moves itself in. The
   // kernel checks that write against the credentials of this opener, and
-  // moving the caller's own thread takes no global lock, whereas writing a
-  // pid to cgroup.procs (add_process) waits for an RCU grace period: about
-  // 10 ms here, once per run. Empty on v2, whose processes are cloned into
+  // (on recent kernels, 6.18 included) moving the caller's own thread takes
+  // no global lock, whereas writing a pid to cgroup.procs (add_process)
+  // waits for an RCU grace period: about 10 ms here, once per run. Empty on v2, whose processes are cloned into
   // the cgroup (clone_into_fd) or moved with add_process. Throws SysError
   // naming the file that could not be opened.
   virtual std::vector<UniqueFd> open_join_fds() const = 0;
+  // Whether process pid is in this cgroup in every hierarchy it spans, as
+  // /proc/PID/cgroup tells this process. For a process that joined by
+  // itself, through code nsbox does not ship in its own binary.
+  virtual bool holds(pid_t pid) const = 0;
   virtual CgroupUsage usage() const = 0;
   // CPU time used so far, or -1; one file read (usage() reads five).
   virtual int64_t cpu_ms() const = 0;

