@@ -118,19 +118,35 @@ static void write_file(const struct nsbox_run* run, const char* path, const char
   close(fd);
 }
 
+enum { MAX_MESSAGE_FDS = 7 };
+
+/* Room for the fds of one message on the run socket, aligned for cmsghdr. */
+union message_control {
+  char bytes[CMSG_SPACE(sizeof(int) * MAX_MESSAGE_FDS)];
+  struct cmsghdr align;
+};
+
+/* A one-byte message at *byte, with room for fds in *control (zeroed). */
+static struct msghdr one_byte_message(char* byte, struct iovec* iov, union message_control* control,
+                                      size_t fd_count) {
+  memset(control, 0, sizeof *control);
+  iov->iov_base = byte;
+  iov->iov_len = 1;
+  struct msghdr msg = {.msg_iov = iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control->bytes,
+                       .msg_controllen = CMSG_SPACE(sizeof(int) * fd_count)};
+  return msg;
+}
+
 /* Sends one byte of tag and a pidfd of this process: nsbox learns the pid
  * from the credentials and holds the pidfd, which a reused pid cannot fool. */
 static void send_self(const struct nsbox_run* run, char tag) {
   int me = (int)syscall(SYS_pidfd_open, getpid(), 0);
   if (me < 0) fail(run, "pidfd_open", "run init", errno);
-  union {
-    char bytes[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct iovec iov = {.iov_base = &tag, .iov_len = 1};
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+  union message_control control;
+  struct iovec iov;
+  struct msghdr msg = one_byte_message(&tag, &iov, &control, 1);
   struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -148,16 +164,10 @@ static void send_self(const struct nsbox_run* run, char tag) {
  * this kernel, unlike a move by pid. nsbox checks the result. */
 static void join_run_cgroup(const struct nsbox_run* run) {
   send_self(run, 'P');
-  enum { MAX_JOIN_FDS = 7 };
   char answer = 0;
-  union {
-    char bytes[CMSG_SPACE(sizeof(int) * MAX_JOIN_FDS)];
-    struct cmsghdr align;
-  } control;
-  memset(&control, 0, sizeof control);
-  struct iovec iov = {.iov_base = &answer, .iov_len = 1};
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
+  union message_control control;
+  struct iovec iov;
+  struct msghdr msg = one_byte_message(&answer, &iov, &control, MAX_MESSAGE_FDS);
   ssize_t n;
   do n = recvmsg(run->fds[FD_RUN], &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
@@ -166,7 +176,7 @@ static void join_run_cgroup(const struct nsbox_run* run) {
   for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    int fds[MAX_JOIN_FDS];
+    int fds[MAX_MESSAGE_FDS];
     memcpy(fds, CMSG_DATA(c), count * sizeof(int));
     for (size_t i = 0; i < count; ++i) {
       ssize_t w;
