@@ -9,8 +9,10 @@ fresh namespaces of its own, before any user code exists:
   zygote -> init (PID 1 of the run, forkinit.c: C, so that it copies
             next to none of the fork server's pages), cloned into a new pid
             namespace and a new user namespace nested in the zygote's: says
-            its pid (SCM_CREDENTIALS) and waits while nsbox moves it into the
-            run's cgroup; maps the same single uid and gid as the zygote's;
+            its pid (SCM_CREDENTIALS) and gets into the run's cgroup (moved
+            by nsbox on cgroup v2; on v1 it writes "0" to the run's tasks
+            files, which nsbox sends it); maps the same single uid and gid
+            as the zygote's;
             unshares new mount, net, ipc, uts and cgroup namespaces (made in
             the run's cgroup, the cgroup namespace rooted at it); fresh
             /proc with its masks, fresh /tmp, /dev/shm, /dev/pts, workspace
