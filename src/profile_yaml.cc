@@ -101,6 +101,12 @@ std::string format_number(double d) {
   return ec == std::errc() ? std::string(buf, end) : std::to_string(d);
 }
 
+static std::string hex_byte(char c) {
+  static const char digits[] = "0123456789abcdef";
+  const auto b = static_cast<unsigned char>(c);
+  return {digits[b >> 4], digits[b & 15]};
+}
+
 void fail(const std::string& file, const YAML::Mark& mark, const std::string& message) {
   throw ProfileError(file, one_based(mark.line), one_based(mark.column), message);
 }
@@ -136,7 +142,61 @@ std::pair<int, int> second_document(const std::string& text) {
   return {0, 0};
 }
 
+// Offset of the first byte that is not YAML's printable UTF-8 text, or
+// npos: well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+// nothing past U+10FFFF) of YAML's c-printable characters (tab, line
+// breaks, and no other C0 or C1 control, DEL, U+FFFE or U+FFFF). yaml-cpp
+// checks neither: it reads a raw NUL into a value, and its emitter decodes
+// bad bytes loosely, so a profile printed back (to_yaml) could hold
+// another value (an overlong C0 80 came back as a NUL).
+static size_t first_unprintable(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      if ((b < 0x20 && b != '\t' && b != '\n' && b != '\r') || b == 0x7F) return i;
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (b == 0xC2) {
+      len = 2;
+      lo = 0xA0;  // C1 controls, except NEL (C2 85) below
+    } else if (b >= 0xC3 && b <= 0xDF) {
+      len = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      len = 3;
+      if (b == 0xE0) lo = 0xA0;  // overlong
+      if (b == 0xED) hi = 0x9F;  // surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      len = 4;
+      if (b == 0xF0) lo = 0x90;  // overlong
+      if (b == 0xF4) hi = 0x8F;  // past U+10FFFF
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    const bool nel = b == 0xC2 && static_cast<unsigned char>(s[i + 1]) == 0x85;
+    for (size_t k = 1; k < len && !nel; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return i;
+    }
+    // U+FFFE and U+FFFF: EF BF BE, EF BF BF.
+    if (b == 0xEF && static_cast<unsigned char>(s[i + 1]) == 0xBF && static_cast<unsigned char>(s[i + 2]) >= 0xBE)
+      return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
 YAML::Node parse_document(const std::string& file, const std::string& text) {
+  if (size_t bad = first_unprintable(text); bad != std::string_view::npos) {
+    const size_t line_start = bad == 0 ? 0 : text.rfind('\n', bad - 1) + 1;  // npos + 1 == 0
+    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n'));
+    throw ProfileError(file, line, static_cast<int>(bad - line_start) + 1,
+                       "not printable UTF-8, which YAML text must be: byte 0x" + hex_byte(text[bad]));
+  }
   auto [line, column] = second_document(text);
   if (line > 0) {
     throw ProfileError(file, line, column, "a second YAML document: a file holds exactly one");
