@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nsbox/digest.h"
 #include "nsbox/mounts.h"
 
 namespace nsbox {
@@ -13,18 +14,6 @@ namespace nsbox {
 namespace {
 
 constexpr unsigned long kNoDevSuid = MS_NOSUID | MS_NODEV;
-
-std::string hex(const void* data, size_t size) {
-  static const char digits[] = "0123456789abcdef";
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(digits[bytes[i] >> 4]);
-    out.push_back(digits[bytes[i] & 15]);
-  }
-  return out;
-}
 
 bool is_python(const RunSpec& spec) {
   return !spec.argv.empty() && spec.argv[0].find("python") != std::string::npos;
@@ -104,7 +93,7 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
             {"rlimits", std::move(limits)},
             {"cwd", spec.cwd},
             {"env", std::move(env)},
-            {"seccomp", hex(prog->filter, prog->len * sizeof(sock_filter))},
+            {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
             {"notify", program.notifies()}};
   return j.dump();
 }

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "nsbox/digest.h"
 #include "nsbox/units.h"
 
 namespace nsbox::profile_yaml {
@@ -99,12 +100,6 @@ std::string format_number(double d) {
   char buf[64];
   auto [end, ec] = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed);
   return ec == std::errc() ? std::string(buf, end) : std::to_string(d);
-}
-
-static std::string hex_byte(char c) {
-  static const char digits[] = "0123456789abcdef";
-  const auto b = static_cast<unsigned char>(c);
-  return {digits[b >> 4], digits[b & 15]};
 }
 
 void fail(const std::string& file, const YAML::Mark& mark, const std::string& message) {
@@ -195,7 +190,8 @@ YAML::Node parse_document(const std::string& file, const std::string& text) {
     const size_t line_start = bad == 0 ? 0 : text.rfind('\n', bad - 1) + 1;  // npos + 1 == 0
     const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n'));
     throw ProfileError(file, line, static_cast<int>(bad - line_start) + 1,
-                       "not printable UTF-8, which YAML text must be: byte 0x" + hex_byte(text[bad]));
+                       "not printable UTF-8, which YAML text must be: byte 0x" +
+                           to_hex(reinterpret_cast<const unsigned char*>(&text[bad]), 1));
   }
   auto [line, column] = second_document(text);
   if (line > 0) {

@@ -784,8 +784,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     // v1 has no CLONE_INTO_CGROUP: PID 1 joins the run's cgroup itself, first
     // thing, through these (no workload code ever runs outside it).
     std::vector<UniqueFd> join = cgroup ? cgroup->open_join_fds() : std::vector<UniqueFd>{};
-    std::vector<int> join_fds;
-    for (const auto& fd : join) join_fds.push_back(fd.get());
+    const std::vector<int> join_fds = raw_fds(join);
     ChildConfig config{
         .sync_fd = sync.read.get(),
         .error_fd = errors.write.get(),
@@ -1023,8 +1022,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
         throw SysError("fork server", "the run's PID 1 died before its cgroup move", ESRCH);
       cgroup->add_process(init);
     }
-    std::vector<int> join_fds;
-    for (const auto& fd : join) join_fds.push_back(fd.get());
+    const std::vector<int> join_fds = raw_fds(join);
     send_with_fds(run_sock.get(), join.empty() ? "c" : "j", join_fds.data(), join_fds.size(),
                   "cgroup answer to the run's PID 1");
     join.clear();

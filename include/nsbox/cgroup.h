@@ -77,9 +77,10 @@ class RunCgroup {
   // kernel checks that write against the credentials of this opener, and
   // (on recent kernels, 6.18 included) moving the caller's own thread takes
   // no global lock, whereas writing a pid to cgroup.procs (add_process)
-  // waits for an RCU grace period: about 10 ms here, once per run. Empty on v2, whose processes are cloned into
-  // the cgroup (clone_into_fd) or moved with add_process. Throws SysError
-  // naming the file that could not be opened.
+  // waits for an RCU grace period: about 10 ms here, once per run. Empty on
+  // v2, whose processes are cloned into the cgroup (clone_into_fd) or moved
+  // with add_process. Throws SysError naming the file that could not be
+  // opened.
   virtual std::vector<UniqueFd> open_join_fds() const = 0;
   // Whether process pid is in this cgroup in every hierarchy it spans, as
   // /proc/PID/cgroup tells this process. For a process that joined by

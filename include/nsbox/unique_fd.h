@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <utility>
+#include <vector>
 
 namespace nsbox {
 
@@ -33,6 +34,14 @@ class UniqueFd {
  private:
   int fd_ = -1;
 };
+
+// The descriptor numbers of fds, for a raw system call or a message.
+inline std::vector<int> raw_fds(const std::vector<UniqueFd>& fds) {
+  std::vector<int> out;
+  out.reserve(fds.size());
+  for (const auto& fd : fds) out.push_back(fd.get());
+  return out;
+}
 
 // A pipe whose both ends are O_CLOEXEC; throws SysError on failure.
 struct Pipe {
