@@ -1,10 +1,12 @@
 /* nsbox fork server: the run's PID 1, in C (docs/ARCHITECTURE.md, "Fork
  * server").
  *
- * zygote.py loads this library and calls nsbox_fork_run() for each request.
- * It clones the run's PID 1 into a new user and pid namespace; PID 1 sets the
- * run up here, then fork()s the workload, which returns 0 from
- * nsbox_fork_run() into the zygote's Python code and becomes the runner.
+ * zygote.py loads this library (forkinit.so) and zygote.js the same code as
+ * a Node add-on (forkinit.node, with forknode.c); each calls nsbox_fork_run()
+ * for each request. It clones the run's PID 1 into a new user and pid
+ * namespace; PID 1 sets the run up here, then fork()s the workload, which
+ * returns 0 from nsbox_fork_run() into the zygote's code and becomes the
+ * runner.
  *
  * Why C: PID 1 lives as long as the run. As Python it ran the interpreter
  * for its set-up and its wait loop, and every object it touched (reference
@@ -41,45 +43,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define SETUP_FAILED_EXIT 125 /* kSetupFailedExit */
-
-/* The request's fds, in the order nsbox sends them (sandbox.cc). */
-enum { FD_RUN, FD_STDIN, FD_STDOUT, FD_STDERR, FD_RESULT, FD_ERROR, FD_REPORT, FD_COUNT };
-
-enum mount_kind {
-  MOUNT_REQUIRED = 0,
-  MOUNT_OPTIONAL = 1, /* a mask of a path that does not exist is a no-op */
-  MOUNT_MASK_FILE = 2 /* /dev/null bound on an optional path, then made read-only */
-};
-
-/* The layouts zygote.py builds with ctypes. */
-struct nsbox_mount {
-  const char* source;
-  const char* target;
-  const char* fstype;
-  unsigned long flags;
-  const char* data;
-  int kind;
-};
-
-struct nsbox_rlimit {
-  int resource;
-  unsigned long long soft;
-  unsigned long long hard;
-};
-
-struct nsbox_run {
-  int fds[FD_COUNT];
-  int control_fd;
-  unsigned uid;
-  unsigned gid;
-  const struct nsbox_mount* mounts;
-  int mount_count;
-  const char* workspace_out; /* made after the mounts, or NULL */
-  const char* hostname;
-  const struct nsbox_rlimit* rlimits;
-  int rlimit_count;
-};
+#include "forkinit.h"
 
 /* nsbox's ChildFailure. */
 struct child_failure {
@@ -205,34 +169,37 @@ static void enter_run_namespaces(const struct nsbox_run* run) {
     fail(run, "unshare", "run namespaces", errno);
 }
 
-/* What ps shows: PID 1 of a started run is nsbox-init, and shows nothing
- * else. Rewrites the argv area in place, padded with NULs. */
-static void name_process(void) {
+/* What ps shows: rewrites this process's argv area (/proc/PID/cmdline) in
+ * place with text (len bytes, NULs between the arguments), padded with NULs
+ * or cut to the room the original had. */
+void nsbox_set_cmdline(const char* text, size_t len) {
   char stat[1024];
   int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ssize_t n = read(fd, stat, sizeof stat - 1);
-    close(fd);
-    if (n > 0) {
-      stat[n] = 0;
-      /* arg_start and arg_end are fields 48 and 49, the 46th and 47th
-       * after the closing parenthesis of the command name. */
-      char* p = strrchr(stat, ')');
-      unsigned long start = 0, end = 0;
-      for (int field = 2; p && field <= 49; ++field) {
-        p = strchr(p + 1, ' ');
-        if (p && field == 47) start = strtoul(p + 1, NULL, 10);
-        if (p && field == 48) end = strtoul(p + 1, NULL, 10);
-      }
-      if (start && end > start) {
-        static const char name[] = "nsbox-init";
-        size_t room = end - start;
-        memset((void*)start, 0, room);
-        memcpy((void*)start, name, sizeof name < room ? sizeof name : room - 1);
-      }
-    }
+  if (fd < 0) return;
+  ssize_t n = read(fd, stat, sizeof stat - 1);
+  close(fd);
+  if (n <= 0) return;
+  stat[n] = 0;
+  /* arg_start and arg_end are fields 48 and 49, the 46th and 47th after the
+   * closing parenthesis of the command name. */
+  char* p = strrchr(stat, ')');
+  unsigned long start = 0, end = 0;
+  for (int field = 2; p && field <= 49; ++field) {
+    p = strchr(p + 1, ' ');
+    if (p && field == 47) start = strtoul(p + 1, NULL, 10);
+    if (p && field == 48) end = strtoul(p + 1, NULL, 10);
   }
-  prctl(PR_SET_NAME, "nsbox-init", 0, 0, 0);
+  if (!start || end <= start) return;
+  size_t room = end - start;
+  memset((void*)start, 0, room);
+  memcpy((void*)start, text, len < room ? len : room - 1);
+}
+
+/* PID 1 of a started run is nsbox-init, and shows nothing else. */
+static void name_process(void) {
+  static const char name[] = "nsbox-init";
+  nsbox_set_cmdline(name, sizeof name);
+  prctl(PR_SET_NAME, name, 0, 0, 0);
 }
 
 /* What one run may write or see of other runs is made fresh for it; the
@@ -367,11 +334,22 @@ static void reap_until_workload_ends(const struct nsbox_run* run, pid_t workload
   report_workload_end(status, run->fds[FD_REPORT]);
 }
 
+/* The zygote's control socket carries every run's request: the run must
+ * not hold it. Its fd number stays taken (by /dev/null) until the workload
+ * puts the result fd there: fork handlers that run in the workload (libuv's
+ * make a pipe) would otherwise get it, and lose it to that dup2. */
+static void forget_control_socket(const struct nsbox_run* run) {
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) fail(run, "open", "/dev/null", errno);
+  if (dup3(null, run->control_fd, O_CLOEXEC) < 0) fail(run, "dup3", "control socket", errno);
+  close(null);
+}
+
 /* PID 1 of the run, just cloned: sets the run up and forks the workload.
  * Returns 0 in the workload only. */
 static long run_init(const struct nsbox_run* run) {
   join_run_cgroup(run);
-  close(run->control_fd);
+  forget_control_socket(run);
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;

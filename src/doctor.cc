@@ -114,7 +114,7 @@ void check_namespaces(Report& r) {
   // a host that allows user namespaces only to root refuses that.
   err = probe_unprivileged_unshare(kForkedRunNamespaces, ids);
   r.line(err == 0, false, "namespaces created without privilege (fork_server)",
-         err ? std::string(std::strerror(err)) + ": profiles with fork_server: true cannot run here" : "created");
+         err ? std::string(std::strerror(err)) + ": profiles with a fork_server cannot run here" : "created");
 }
 
 void check_cgroups(Report& r) {

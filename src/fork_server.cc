@@ -19,10 +19,12 @@ bool is_python(const RunSpec& spec) {
   return !spec.argv.empty() && spec.argv[0].find("python") != std::string::npos;
 }
 
+bool is_node(const RunSpec& spec) { return !spec.argv.empty() && spec.argv[0] == "node"; }
+
 }  // namespace
 
 std::string fork_server_refusal(const RunSpec& spec) {
-  if (!is_python(spec)) return "the fork server runs Python only";
+  if (!is_python(spec) && !is_node(spec)) return "the fork server runs Python and JavaScript only";
   if (spec.egress) return "network.mode egress is not offered by the fork server (its proxy is per sandbox)";
   if (spec.stdio != StdioMode::kCapture || !spec.capture_fd3) return "the fork server runs agent code only";
   if (spec.workspace && !spec.workspace->inputs.empty()) return "the fork server's workspaces take no input files";
@@ -39,7 +41,10 @@ std::string fork_server_refusal(const RunSpec& spec) {
 
 RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
   RunSpec spec = run_spec;
-  spec.argv = {spec.argv.at(0), kForkServerScript};
+  // V8 single-threaded: a forked run has only the thread that forked it
+  // (zygote.js).
+  spec.argv = is_node(run_spec) ? std::vector<std::string>{spec.argv.at(0), "--single-threaded", kNodeForkServerScript}
+                                : std::vector<std::string>{spec.argv.at(0), kForkServerScript};
   spec.seccomp = SeccompChoice{SeccompChoice::kForkServer, {}};
   spec.mask_proc = false;
   spec.fd3_socket = control_fd;
@@ -77,7 +82,7 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   for (const auto& m : masks.dirs)
     if (m.rfind("/proc/", 0) == 0) dirs.push_back(m);
   json limits = json::array();
-  // Python's resource module spells RLIM_INFINITY -1.
+  // -1 is RLIM_INFINITY, as Python's resource module spells it.
   auto value = [](rlim_t v) { return v == RLIM_INFINITY ? json(-1) : json(static_cast<uint64_t>(v)); };
   for (const auto& r : rlimits) limits.push_back({r.resource, value(r.value.rlim_cur), value(r.value.rlim_max)});
   json env = json::array();

@@ -432,7 +432,7 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
       e.profile_yaml = t.profile_yaml;
       e.language = language;
       e.size = c.pool_size;
-      e.fork_server = t.profile.fork_server && language == Language::kPython;
+      e.fork_server = forks(t.profile, language);
       out.push_back(std::move(e));
     }
   }

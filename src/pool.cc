@@ -51,8 +51,6 @@ std::vector<PoolEntry> pool_entries_from_json(const json& j, uint64_t& memory_bu
     entry.language = *language;
     entry.size = e.at("size").get<uint32_t>();
     entry.fork_server = e.value("fork_server", false);
-    if (entry.fork_server && entry.language != Language::kPython)
-      throw UsageError("pool entry: a fork server runs Python only");
     out.push_back(std::move(entry));
   }
   return out;

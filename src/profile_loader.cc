@@ -422,6 +422,24 @@ uint32_t sandbox_id(const Field& v, const char* root_message) {
   return static_cast<uint32_t>(id);
 }
 
+// fork_server: true (both languages), false, or a list of languages.
+Profile::ForkServer fork_server_languages(const Field& f) {
+  Profile::ForkServer out;
+  if (!f.is_list()) {
+    if (!f.is_plain_scalar()) f.fail("expected true, false or a list of languages, got " + describe(f.node()));
+    const bool on = f.boolean();
+    return {on, on};
+  }
+  for (const Field& item : f.items()) {
+    const std::string name = item.text();
+    bool& chosen = name == "python" ? out.python : out.javascript;
+    if (name != "python" && name != "javascript") item.fail("expected python or javascript, got " + describe(item.node()));
+    if (chosen) item.fail("duplicate language " + name);
+    chosen = true;
+  }
+  return out;
+}
+
 void apply_user(const Field& f, Draft& d) {
   apply_each(MapReader(f, keys_of("user")),
              {
@@ -450,7 +468,7 @@ void apply_layer(const ParsedFile& layer, Draft& d) {
                              {"user", [&](const Field& v) { apply_user(v, d); }},
                              {"fork_server",
                               [&](const Field& v) {
-                                d.p.fork_server = v.boolean();
+                                d.p.fork_server = fork_server_languages(v);
                                 d.fork_server_origin = Origin{v.file(), v.mark(), v.path()};
                               }},
                          });
@@ -479,10 +497,10 @@ void apply_mask_defaults(Draft& d) {
 }
 
 // Two things mounted on the same place inside: the later hides the earlier.
-// The fork server forks Python runs of the warm pool; what it cannot give
+// The fork server forks warm runs of the languages it names; what it cannot give
 // a run is refused here rather than at the first run.
 void check_fork_server(const Draft& d) {
-  if (!d.p.fork_server) return;
+  if (!d.p.fork_server.any()) return;
   if (d.p.network == NetworkMode::kEgress)
     d.fork_server_origin->fail("cannot be combined with network mode egress: the egress proxy is per sandbox, "
                                "and the fork server's runs share none");
@@ -766,7 +784,12 @@ std::string to_yaml(const Profile& p) {
   emit_env(out, p.env);
   emit_seccomp(out, p);
   emit_network(out, p);
-  if (p.fork_server) out << YAML::Key << "fork_server" << YAML::Value << true;
+  if (p.fork_server.python && p.fork_server.javascript) {
+    out << YAML::Key << "fork_server" << YAML::Value << true;
+  } else if (p.fork_server.any()) {
+    out << YAML::Key << "fork_server" << YAML::Value << YAML::Flow << YAML::BeginSeq
+        << (p.fork_server.python ? "python" : "javascript") << YAML::EndSeq;
+  }
   out << YAML::Key << "user" << YAML::Value << YAML::BeginMap << YAML::Key << "uid" << YAML::Value
       << p.uid << YAML::Key << "gid" << YAML::Value << p.gid << YAML::EndMap;
   out << YAML::EndMap;

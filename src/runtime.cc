@@ -109,6 +109,10 @@ const char* to_string(Language language) {
   return language == Language::kPython ? "python" : "javascript";
 }
 
+bool forks(const Profile& profile, Language language) {
+  return language == Language::kPython ? profile.fork_server.python : profile.fork_server.javascript;
+}
+
 RunSpec exec_spec(RunSpec base, Language language) {
   base.argv = language == Language::kPython ? std::vector<std::string>{"python3", "/opt/nsbox/runner.py"}
                                             : std::vector<std::string>{"node", "/opt/nsbox/runner.js"};

@@ -209,7 +209,7 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
   const Profile& profile = *parsed;
   RunSpec spec = job_spec(profile);
   std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
-  if (fork_server >= 0 && profile.fork_server && job.request.exec.language == Language::kPython) {
+  if (fork_server >= 0 && forks(profile, job.request.exec.language)) {
     // No warm sandbox was ready: the fork server forks one now, which is
     // still far cheaper than starting an interpreter.
     RunSpec exec = exec_spec(spec, job.request.exec.language);

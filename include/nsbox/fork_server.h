@@ -1,8 +1,8 @@
-// The Python fork server ("zygote", profile key `fork_server: true`): one
-// sandbox per (profile, language) whose workload, zygote.py, has the runner
-// imported and forks each run into fresh user, mount, pid, net, ipc, uts and
-// cgroup namespaces and a fresh cgroup before any of the run's code exists.
-// Runs then skip the interpreter's start-up. The trade-offs are in
+// The fork server ("zygote", profile key `fork_server`): one sandbox per
+// (profile, language) whose workload, zygote.py or zygote.js, has the
+// runner loaded and forks each run into fresh user, mount, pid, net, ipc,
+// uts and cgroup namespaces and a fresh cgroup before any of the run's code
+// exists. Runs then skip the interpreter's start-up. The trade-offs are in
 // docs/SECURITY.md ("Fork server"); the protocol is in zygote.py.
 #pragma once
 
@@ -15,8 +15,9 @@
 
 namespace nsbox {
 
-// Where the fork server lives in the rootfs.
+// Where the fork servers live in the rootfs.
 inline constexpr const char* kForkServerScript = "/opt/nsbox/zygote.py";
+inline constexpr const char* kNodeForkServerScript = "/opt/nsbox/zygote.js";
 
 // The number of fds a fork request carries: the run socket, stdin, stdout,
 // stderr, the result pipe, the error pipe and the report pipe.
@@ -26,13 +27,13 @@ inline constexpr int kForkRequestFds = 7;
 std::string fork_server_refusal(const RunSpec& spec);
 
 // The spec of the fork server's own sandbox for runs of run_spec (a Python
-// exec spec): zygote.py as the workload with control_fd at fd 3, the fork
+// or JavaScript exec spec): zygote.py or zygote.js as the workload with control_fd at fd 3, the fork
 // server's seccomp filter, /proc unmasked (each run masks its own), no
 // workspace (each run gets its own), no stdin, no deadline or CPU-time limit
 // of its own (its runs have theirs); the rest as a run's.
 RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd);
 
-// The settings zygote.py applies to one run (JSON after the 'F').
+// The settings the zygote applies to one run (JSON after the 'F').
 std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& rlimits,
                          const SeccompProgram& program);
 

@@ -35,7 +35,7 @@ struct PoolEntry {
   std::string profile_yaml;
   Language language = Language::kPython;
   uint32_t size = 0;
-  // The profile asks for a fork server (Python only): the key's warm
+  // The profile asks for a fork server for this language: the key's warm
   // sandboxes are forked by one zygote, kept by a fork server keeper.
   bool fork_server = false;
 };

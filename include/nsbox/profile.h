@@ -106,10 +106,17 @@ struct Profile {
   EgressPolicy egress;                  // used with NetworkMode::kEgress
   uid_t uid = 65534;
   gid_t gid = 65534;
-  // The node's warm Python runs are forked from a fork server (a zygote
-  // with the interpreter started) instead of started from nothing; see
-  // docs/SECURITY.md, "Fork server", for what that shares between runs.
-  bool fork_server = false;
+  // The node's warm runs of these languages are forked from a fork server
+  // (a zygote with the interpreter started) instead of started from
+  // nothing; see docs/SECURITY.md, "Fork server", for what that shares
+  // between runs. YAML: true (both), false, or a list of languages.
+  struct ForkServer {
+    bool python = false;
+    bool javascript = false;
+    bool any() const { return python || javascript; }
+    bool operator==(const ForkServer&) const = default;
+  };
+  ForkServer fork_server;
 
   bool operator==(const Profile&) const = default;
 };

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nsbox/profile.h"
 #include "nsbox/result.h"
 #include "nsbox/run_spec.h"
 #include "nsbox/sandbox.h"
@@ -19,6 +20,9 @@ enum class Language { kPython, kJavaScript };
 // "python"; "javascript", "node", "js". Empty optional for anything else.
 std::optional<Language> parse_language(const std::string& name);
 const char* to_string(Language language);
+
+// Whether profile has the node fork its warm runs of language.
+bool forks(const Profile& profile, Language language);
 
 struct ExecRequest {
   Language language = Language::kPython;

@@ -18,50 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<json> load_cases() {
-  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/tests/runners/cases.json");
-  std::vector<json> out;
-  if (!in) return out;
-  json doc = json::parse(in, nullptr, false);
-  if (doc.is_discarded()) return out;
-  for (auto& c : doc["cases"]) {
-    // A missing fd 3 cannot happen through nsbox exec, which always builds
-    // the result pipe; the runner harness (tests/runners/check_runners.py)
-    // covers it. Raw requests (malformed, with a byte-order mark...) are fed
-    // to the runner in the sandbox as they are.
-    if (c.value("no_fd3", false)) continue;
-    out.push_back(c);
-  }
-  return out;
-}
-
-const std::vector<json>& cases() {
-  static const std::vector<json> all = load_cases();
-  return all;
-}
-
-ExecRequest request_for(const json& c) {
-  ExecRequest r;
-  r.language = *parse_language(c["language"].get<std::string>());
-  std::string code;
-  if (c.contains("code_repeat")) {
-    const json& rep = c["code_repeat"];
-    code = rep.value("head", "");
-    const std::string text = rep["text"];
-    for (int i = 0; i < rep["count"].get<int>(); ++i) code += text;
-  }
-  r.code = code + c["code"].get<std::string>();
-  r.inputs = c["inputs"];
-  if (c.contains("inputs_repeat")) {
-    const json& rep = c["inputs_repeat"];
-    std::string text;
-    const std::string unit = rep["text"];
-    for (int i = 0; i < rep["count"].get<int>(); ++i) text += unit;
-    r.inputs[rep["key"].get<std::string>()] = text;
-  }
-  return r;
-}
-
 RunSpec spec_for(const json& c) {
   RunSpec spec = spec_from_profile(load_profile("default", ProfileSearch{}));
   spec.rootfs = test_rootfs();
@@ -81,7 +37,7 @@ class ExecContract : public ::testing::TestWithParam<json> {};
 // The case run as nsbox exec runs it; a raw request goes to the runner's
 // stdin byte for byte instead of the request nsbox would build.
 ExecOutcome run_case(const json& c) {
-  if (!c.contains("raw_request")) return run_exec(launcher(), spec_for(c), request_for(c));
+  if (!c.contains("raw_request")) return run_exec(launcher(), spec_for(c), contract_request(c));
   RunSpec spec = exec_spec(spec_for(c), *parse_language(c["language"].get<std::string>()));
   spec.stdin_data = c["raw_request"].get<std::string>();
   return outcome_of(spec, launcher().run(spec));
@@ -167,11 +123,11 @@ std::string case_name(const ::testing::TestParamInfo<json>& info) {
   return name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, ExecContract, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, ExecContract, ::testing::ValuesIn(contract_cases()), case_name);
 
 TEST(ExecContractTable, HasAtLeastFortyCasesAcrossBothLanguages) {
   size_t python = 0, js = 0;
-  for (const auto& c : cases()) (c["language"] == "python" ? python : js)++;
+  for (const auto& c : contract_cases()) (c["language"] == "python" ? python : js)++;
   EXPECT_GE(python + js, 40u);
   EXPECT_GE(python, 15u);
   EXPECT_GE(js, 15u);

@@ -151,14 +151,62 @@ std::vector<pid_t> descendants_with_cmdline(pid_t ancestor, const std::string& n
   return found;
 }
 
-std::vector<pid_t> fork_servers_of(pid_t node) {
+namespace {
+
+std::vector<nlohmann::json> load_contract_cases() {
+  std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/tests/runners/cases.json");
+  std::vector<nlohmann::json> out;
+  if (!in) return out;
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  if (doc.is_discarded()) return out;
+  for (auto& c : doc["cases"]) {
+    // A missing fd 3 cannot happen through nsbox exec, which always builds
+    // the result pipe; the runner harness (tests/runners/check_runners.py)
+    // covers it. Raw requests (malformed, with a byte-order mark...) are fed
+    // to the runner in the sandbox as they are.
+    if (c.value("no_fd3", false)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<nlohmann::json>& contract_cases() {
+  static const std::vector<nlohmann::json> all = load_contract_cases();
+  return all;
+}
+
+ExecRequest contract_request(const nlohmann::json& c) {
+  ExecRequest r;
+  r.language = *parse_language(c["language"].get<std::string>());
+  std::string code;
+  if (c.contains("code_repeat")) {
+    const nlohmann::json& rep = c["code_repeat"];
+    code = rep.value("head", "");
+    const std::string text = rep["text"];
+    for (int i = 0; i < rep["count"].get<int>(); ++i) code += text;
+  }
+  r.code = code + c["code"].get<std::string>();
+  r.inputs = c["inputs"];
+  if (c.contains("inputs_repeat")) {
+    const nlohmann::json& rep = c["inputs_repeat"];
+    std::string text;
+    const std::string unit = rep["text"];
+    for (int i = 0; i < rep["count"].get<int>(); ++i) text += unit;
+    r.inputs[rep["key"].get<std::string>()] = text;
+  }
+  return r;
+}
+
+std::vector<pid_t> fork_servers_of(pid_t node, const std::string& script) {
   // Not the processes it forks, which show its command line until they set
   // their own: its children (parent zygote.py) and the runs' PID 1 and
   // workload, which live one pid namespace deeper (NSpid: host, fork
   // server's sandbox, run).
   std::vector<pid_t> found;
-  for (pid_t pid : descendants_with_cmdline(node, kForkServerScript)) {
-    if (process_alive_with_cmdline(parent_of(pid), kForkServerScript)) continue;
+  for (pid_t pid : descendants_with_cmdline(node, script)) {
+    if (process_alive_with_cmdline(parent_of(pid), script)) continue;
     std::istringstream status(slurp("/proc/" + std::to_string(pid) + "/status"));
     size_t levels = 0;
     for (std::string line; std::getline(status, line);) {

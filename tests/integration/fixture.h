@@ -8,9 +8,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include "nsbox/fork_server.h"
 #include "nsbox/result.h"
 #include "nsbox/run_spec.h"
+#include "nsbox/runtime.h"
 #include "nsbox/sandbox.h"
 
 namespace nsbox::testing {
@@ -43,14 +46,20 @@ pid_t spawn_cli(const std::vector<std::string>& args);
 // waitpid for it; returns its exit code (128+signal when killed).
 int wait_cli(pid_t pid);
 
+// The runner contract's cases (tests/runners/cases.json) that nsbox exec can
+// run (not those without a result fd), and the request of one of them.
+const std::vector<nlohmann::json>& contract_cases();
+ExecRequest contract_request(const nlohmann::json& c);
+
 // Host pids whose command line contains `needle`.
 std::vector<pid_t> host_pids_with_cmdline(const std::string& needle);
 // Polls until a process matching needle exists (true) or timeout_ms passes.
 // The processes whose command line contains needle and that descend from
 // ancestor (other tests may run theirs at the same time).
 std::vector<pid_t> descendants_with_cmdline(pid_t ancestor, const std::string& needle);
-// The fork servers (zygote.py) a node started.
-std::vector<pid_t> fork_servers_of(pid_t node);
+// The fork servers a node started: Python's (zygote.py) or, with
+// kNodeForkServerScript, JavaScript's (zygote.js).
+std::vector<pid_t> fork_servers_of(pid_t node, const std::string& script = kForkServerScript);
 // Whether pid is alive with needle in its command line (not a reused pid).
 bool process_alive_with_cmdline(pid_t pid, const std::string& needle);
 bool wait_for_process(const std::string& needle, int timeout_ms);

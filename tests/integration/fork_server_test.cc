@@ -1,11 +1,16 @@
-// The Python fork server (profile key fork_server): runs it forks are
-// sandboxed exactly like runs started from nothing, each in namespaces and a
-// cgroup of its own, and the fork server itself holds no privilege.
+// The fork servers (profile key fork_server): runs they fork, Python and
+// JavaScript, are sandboxed exactly like runs started from nothing, each in
+// namespaces and a cgroup of its own, and the fork servers themselves hold
+// no privilege.
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/kcmp.h>
 
 #include <cstring>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -24,10 +29,11 @@ using namespace std::chrono_literals;
 
 constexpr const char* kForkedToken = "forked-tenant-token-0123456789ab";
 
-json run_as(const NodeProcess& node, const std::string& code, bool forked) {
+json run_as(const NodeProcess& node, const std::string& code, bool forked, const std::string& language = "",
+            const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object()) {
   httplib::Headers auth;
   if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
-  auto r = post(node.client(), "/v1/runs", request(code, json::object()), auth);
+  auto r = post(node.client(), "/v1/runs", request(code, inputs, 0, language), auth);
   if (!r) return json::object();
   json j = json::parse(r->body, nullptr, false);
   return j.is_discarded() ? json::object() : j;
@@ -258,9 +264,17 @@ TEST_F(ForkServer, EveryWarmSandboxIsInARunCgroupOfItsOwn) {
       }
     }
   }
-  // Both tenants' JavaScript and the started tenant's Python sandboxes,
-  // the fork server's own sandbox, and the forked one.
-  EXPECT_GE(inits, 5);
+  // The started tenant's two sandboxes, and for each language the fork
+  // server's own sandbox and the one it forked.
+  EXPECT_GE(inits, 6);
+  // JavaScript's forked PID 1 too.
+  const std::vector<pid_t> js = fork_servers_of(node_.pid(), kNodeForkServerScript);
+  ASSERT_EQ(js.size(), 1u);
+  const std::vector<pid_t> js_inits = children_of(js[0]);
+  ASSERT_EQ(js_inits.size(), 1u);
+  const auto js_zygote = host_cgroups(js[0]), js_init = host_cgroups(js_inits[0]);
+  ASSERT_EQ(js_init.size(), js_zygote.size());
+  for (const auto& [controller, path] : js_init) EXPECT_NE(path, js_zygote.at(controller)) << controller;
 }
 
 TEST_F(ForkServer, HoldsNoPrivilege) {
@@ -349,6 +363,203 @@ TEST_F(ForkServer, AMissIsForkedToo) {
     forked += r["pool"] == "forked";
   }
   EXPECT_GE(forked, 1);
+}
+
+// ---- JavaScript: the same tenant's JavaScript runs, forked by zygote.js.
+
+// What a JavaScript run can observe of its sandbox and of its process. The
+// fds are listed by kind (their numbers differ by the order Node made them);
+// threads are not: a forked run has Node's main thread only.
+const char* const kObserveJs = R"(const fs = require('fs'), os = require('os');
+function main(args) {
+  const status = Object.fromEntries(fs.readFileSync('/proc/self/status', 'utf8').trim().split('\n')
+    .map((l) => l.split(':\t').map((s) => s.trim())));
+  let rootfs;
+  try { fs.writeFileSync('/usr/nsbox-probe', 'x'); rootfs = 'writable'; } catch (e) { rootfs = e.code; }
+  fs.writeFileSync('/tmp/probe', 'x');
+  const kinds = {};
+  for (const fd of fs.readdirSync('/proc/self/fd')) {
+    let target;
+    try { target = fs.readlinkSync('/proc/self/fd/' + fd).replace(/[0-9]+/g, 'N'); } catch (e) { continue; }
+    kinds[target] = (kinds[target] || 0) + 1;
+  }
+  return {
+    ids: [process.getuid(), process.geteuid(), process.getgid(), process.getegid(), process.getgroups()],
+    caps: ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'].map((k) => status[k]),
+    no_new_privs: status.NoNewPrivs, seccomp: status.Seccomp, sig: [status.SigBlk, status.SigIgn],
+    pids: [process.pid, process.ppid, fs.readdirSync('/proc').filter((p) => /^[0-9]+$/.test(p))],
+    hostname: os.hostname(), cwd: process.cwd(), env: Object.keys(process.env).sort(),
+    argv: process.argv, execArgv: process.execArgv, title: process.title,
+    cmdline: fs.readFileSync('/proc/self/cmdline', 'utf8').replace(/\0+$/, ''),
+    comm: fs.readFileSync('/proc/self/comm', 'utf8'), limits: fs.readFileSync('/proc/self/limits', 'utf8'),
+    masked: [fs.readdirSync('/proc/sys'), fs.readFileSync('/proc/kallsyms', 'utf8'), fs.existsSync('/proc/kcore')],
+    cgroup: fs.readFileSync('/proc/self/cgroup', 'utf8'), interfaces: Object.keys(os.networkInterfaces()),
+    tmp: fs.readdirSync('/tmp').sort(), workspace: fs.readdirSync('/workspace').sort(),
+    dev: fs.readdirSync('/dev').sort(), pts: fs.readdirSync('/dev/pts').sort(), rootfs, fds: kinds,
+  };
+}
+)";
+
+TEST_F(ForkServer, AJavaScriptRunSeesWhatAStartedRunSees) {
+  json started = run_as(node_, kObserveJs, false, "javascript");
+  json forked = run_as(node_, kObserveJs, true, "javascript");
+  ASSERT_EQ(started["status"], "ok") << started.dump();
+  ASSERT_EQ(forked["status"], "ok") << forked.dump();
+  EXPECT_EQ(started["pool"], "warm");
+  EXPECT_EQ(forked["pool"], "warm");
+  EXPECT_EQ(forked["return"], started["return"]) << "forked: " << forked["return"].dump(1) << "\nstarted: "
+                                                  << started["return"].dump(1);
+  EXPECT_EQ(forked["return"]["seccomp"], "2");
+  EXPECT_EQ(forked["return"]["cmdline"], std::string("node\0/opt/nsbox/runner.js", 25));
+  EXPECT_EQ(forked["denied_syscalls"], started["denied_syscalls"]);
+}
+
+// One run leaves everything it can behind; the next run from the same fork
+// server sees none of it, and draws other random numbers.
+TEST_F(ForkServer, NothingOfAJavaScriptRunReachesTheNext) {
+  const std::string leave = R"(const fs = require('fs'), cp = require('child_process');
+function main(args) {
+  globalThis.leaked = 1;
+  process.env.LEAKED = '1';
+  require('lodash').leaked = 1;
+  Object.prototype.leakedProto = 1;
+  fs.writeFileSync('/tmp/leaked', 'x');
+  fs.writeFileSync('/dev/shm/leaked', 'x');
+  setInterval(() => fs.appendFileSync('/tmp/ticks', '.'), 10);
+  cp.spawn('/bin/sh', ['-c', 'sleep 30'], { detached: true, stdio: 'ignore' }).unref();
+  return [Math.random(), crypto.randomUUID(), require('crypto').randomBytes(8).toString('hex')];
+}
+)";
+  const std::string look = R"(const fs = require('fs');
+function main(args) {
+  return {
+    left: [typeof globalThis.leaked, process.env.LEAKED, require('lodash').leaked, ({}).leakedProto,
+           fs.existsSync('/tmp/leaked'), fs.existsSync('/dev/shm/leaked'), fs.existsSync('/tmp/ticks'),
+           fs.readdirSync('/proc').filter((p) => /^[0-9]+$/.test(p)).length],
+    random: [Math.random(), crypto.randomUUID(), require('crypto').randomBytes(8).toString('hex')],
+  };
+}
+)";
+  json first = run_as(node_, leave, true, "javascript");
+  json second = run_as(node_, look, true, "javascript");
+  json third = run_as(node_, look, true, "javascript");
+  ASSERT_EQ(first["status"], "ok") << first.dump();
+  ASSERT_EQ(second["status"], "ok") << second.dump();
+  ASSERT_EQ(third["status"], "ok") << third.dump();
+  for (const json* r : {&first, &second, &third}) EXPECT_NE((*r)["pool"], "cold") << r->dump();
+  // PID 1 and the workload only.
+  EXPECT_EQ(second["return"]["left"], json({"undefined", nullptr, nullptr, nullptr, false, false, false, 2}));
+  const json a = first["return"], b = second["return"]["random"], c = third["return"]["random"];
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NE(a[i], b[i]) << i << ": two runs of one fork server drew the same";
+    EXPECT_NE(b[i], c[i]) << i << ": two runs of one fork server drew the same";
+  }
+}
+
+// Node's threads, timers, child processes, signals, thread pool and
+// WebAssembly work in a forked run as in a started one, though only the
+// thread that forked lives on in it.
+TEST_F(ForkServer, AJavaScriptRunHasAllOfNode) {
+  const std::string code = R"(const cp = require('child_process'), crypto = require('crypto'), http = require('http');
+const add = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 7, 1, 96, 2, 127, 127, 1, 127, 3, 2, 1, 0, 7, 7, 1, 3,
+  97, 100, 100, 0, 0, 10, 9, 1, 7, 0, 32, 0, 32, 1, 106, 11]);
+async function main(args) {
+  const server = http.createServer((q, w) => { w.setHeader('content-type', 'application/wasm'); w.end(add); });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  const out = {
+    timer: await new Promise((r) => setTimeout(() => r(1), 5)),
+    file: (await require('fs').promises.readFile('/etc/hostname', 'utf8')).length > 0,
+    pbkdf2: await new Promise((r, j) => crypto.pbkdf2('a', 'b', 10, 8, 'sha256', (e, k) => e ? j(e) : r(k.toString('hex')))),
+    exec: cp.execSync('echo hi').toString().trim(),
+    exit: await new Promise((r) => cp.spawn('/bin/sh', ['-c', 'exit 7']).on('exit', r)),
+    signal: await new Promise((r) => { process.once('SIGUSR2', () => r('caught')); setTimeout(() => r('lost'), 2000); process.kill(process.pid, 'SIGUSR2'); }),
+    wasm: (await WebAssembly.instantiate(add)).instance.exports.add(2, 3),
+    wasmCompiled: (await WebAssembly.instantiate(await WebAssembly.compile(add))).exports.add(4, 5),
+    wasmStreaming: (await WebAssembly.instantiateStreaming(fetch(url))).instance.exports.add(6, 7),
+    wasmError: await WebAssembly.compile(new Uint8Array([1, 2, 3])).then(() => 'compiled', (e) => e.constructor.name),
+    fetch: (await fetch(url)).headers.get('content-type'),
+    worker: await new Promise((r) => {
+      const { Worker } = require('worker_threads');
+      new Worker('require("worker_threads").parentPort.postMessage(6 * 7)', { eval: true }).on('message', r);
+    }),
+  };
+  server.close();
+  return out;
+}
+)";
+  const json expected = {{"timer", 1}, {"file", true}, {"pbkdf2", "8035ce8e3b671cc3"}, {"exec", "hi"}, {"exit", 7},
+                         {"signal", "caught"}, {"wasm", 5}, {"wasmCompiled", 9}, {"wasmStreaming", 13},
+                         {"wasmError", "CompileError"}, {"fetch", "application/wasm"}, {"worker", 42}};
+  json started = run_as(node_, code, false, "javascript");
+  json forked = run_as(node_, code, true, "javascript");
+  EXPECT_EQ(started["return"], expected) << started.dump();
+  EXPECT_EQ(forked["return"], expected) << forked.dump();
+  EXPECT_NE(forked["pool"], "cold");
+}
+
+int kcmp_files(pid_t a, pid_t b, int fd_a, int fd_b) {
+  return static_cast<int>(::syscall(SYS_kcmp, a, b, KCMP_FILE, fd_a, fd_b));
+}
+
+std::vector<int> open_fds(pid_t pid) {
+  std::vector<int> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    out.push_back(std::stoi(e.path().filename().string()));
+  return out;
+}
+
+// The zygote's helper threads do not live on in a run, but their event
+// loops' fds (epoll sets, eventfds, pipes) would: shared with the zygote, a
+// run could add its own fds to the zygote's epoll sets or wake its threads.
+// A warm JavaScript sandbox, waiting for its request, shares no open file
+// with its fork server (but /dev/null).
+TEST_F(ForkServer, AJavaScriptRunSharesNoFileWithItsForkServer) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid(), kNodeForkServerScript);
+  ASSERT_EQ(zygotes.size(), 1u);
+  const std::vector<pid_t> inits = children_of(zygotes[0]);
+  ASSERT_EQ(inits.size(), 1u);
+  const std::vector<pid_t> workload = children_of(inits[0]);
+  ASSERT_EQ(workload.size(), 1u);
+  const pid_t z = zygotes[0], w = workload[0];
+  EXPECT_EQ(slurp("/proc/" + std::to_string(w) + "/comm"), "node\n");
+  const std::vector<int> zygote_fds = open_fds(z), workload_fds = open_fds(w);
+  EXPECT_GE(workload_fds.size(), 10u) << "Node's own loop, signal pipes and the run's stdio";
+  int compared = 0;
+  for (int wfd : workload_fds) {
+    char target[256] = {};
+    const std::string link = "/proc/" + std::to_string(w) + "/fd/" + std::to_string(wfd);
+    if (::readlink(link.c_str(), target, sizeof target - 1) > 0 && std::string(target) == "/dev/null") continue;
+    for (int zfd : zygote_fds) {
+      const int same = kcmp_files(z, w, zfd, wfd);
+      ASSERT_GE(same, 0) << "kcmp: " << std::strerror(errno);
+      EXPECT_NE(same, 0) << "workload fd " << wfd << " (" << target << ") is the fork server's fd " << zfd;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// Every JavaScript case of the runner contract (tests/runners/cases.json)
+// gets the same answer from a forked run as from a started one: results,
+// errors and their stacks, output, process.exit, unhandled rejections.
+TEST_F(ForkServer, EveryJavaScriptContractCaseAnswersAsInAStartedRun) {
+  int compared = 0;
+  for (const nlohmann::json& c : contract_cases()) {
+    // Raw requests bypass the node; deadlines and memory limits are the
+    // profile's, not the case's.
+    if (c["language"] != "javascript" || c.contains("raw_request") || c["expected"].contains("status")) continue;
+    const ExecRequest req = contract_request(c);
+    const nlohmann::ordered_json inputs = nlohmann::ordered_json::parse(req.inputs.dump());
+    json started = run_as(node_, req.code, false, "javascript", inputs);
+    json forked = run_as(node_, req.code, true, "javascript", inputs);
+    SCOPED_TRACE(c["name"].get<std::string>());
+    EXPECT_NE(forked["pool"], "cold");
+    for (const char* field : {"status", "error_type", "error", "return", "stdout", "stderr", "stdout_truncated"})
+      EXPECT_EQ(forked[field], started[field]) << field;
+    ++compared;
+  }
+  EXPECT_GE(compared, 50);
 }
 
 }  // namespace

@@ -25,10 +25,13 @@ RunSpec python_run() {
   return exec;
 }
 
-TEST(ForkServer, ForksPythonAgentRunsOnly) {
+TEST(ForkServer, ForksPythonAndJavaScriptAgentRunsOnly) {
   EXPECT_EQ(fork_server_refusal(python_run()), "");
   RunSpec js = exec_spec(python_run(), Language::kJavaScript);
-  EXPECT_EQ(fork_server_refusal(js), "the fork server runs Python only");
+  EXPECT_EQ(fork_server_refusal(js), "");
+  RunSpec shell = python_run();
+  shell.argv = {"/bin/sh", "-c", "true"};
+  EXPECT_EQ(fork_server_refusal(shell), "the fork server runs Python and JavaScript only");
   RunSpec egress = python_run();
   egress.egress = EgressPolicy{};
   EXPECT_NE(fork_server_refusal(egress).find("egress"), std::string::npos);
@@ -41,6 +44,10 @@ TEST(ForkServer, ItsOwnSandboxKeepsNoRunState) {
   const RunSpec run = python_run();
   RunSpec z = fork_server_spec(run, 42);
   EXPECT_EQ(z.argv, (std::vector<std::string>{run.argv[0], kForkServerScript}));
+  // Node's zygote runs V8 single-threaded: a forked run keeps only the
+  // thread that forked it.
+  EXPECT_EQ(fork_server_spec(exec_spec(run, Language::kJavaScript), 42).argv,
+            (std::vector<std::string>{"node", "--single-threaded", kNodeForkServerScript}));
   EXPECT_EQ(z.seccomp.kind, SeccompChoice::kForkServer);
   EXPECT_EQ(z.fd3_socket, 42);
   EXPECT_FALSE(z.capture_fd3);

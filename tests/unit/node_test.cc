@@ -421,15 +421,16 @@ TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
   EXPECT_THROW(pool_entries_from_json(bad, budget), UsageError);
 }
 
-TEST(PoolConfig, AForkServerIsForPythonOnly) {
-  const std::string a = "name: a\nfork_server: true\n";
-  PoolEntry python{pool_key(a, Language::kPython), "a", a, Language::kPython, 2, true};
-  uint64_t budget = 0;
-  auto back = pool_entries_from_json(to_json({python}, 0), budget);
-  ASSERT_EQ(back.size(), 1u);
-  EXPECT_TRUE(back[0].fork_server);
+TEST(PoolConfig, EachLanguageHasAForkServerWhereTheProfileNamesIt) {
+  const std::string a = "name: a\nfork_server: [javascript]\n";
+  PoolEntry python{pool_key(a, Language::kPython), "a", a, Language::kPython, 2, false};
   PoolEntry js{pool_key(a, Language::kJavaScript), "a", a, Language::kJavaScript, 2, true};
-  EXPECT_THROW(pool_entries_from_json(to_json({js}, 0), budget), UsageError);
+  uint64_t budget = 0;
+  auto back = pool_entries_from_json(to_json({python, js}, 0), budget);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_FALSE(back[0].fork_server);
+  EXPECT_TRUE(back[1].fork_server);
+  EXPECT_EQ(back[1].language, Language::kJavaScript);
 }
 
 TEST(ParsedProfiles, EachPoolProfileIsParsedOnceAndOnlyWhileItIsConfigured) {
@@ -443,7 +444,7 @@ TEST(ParsedProfiles, EachPoolProfileIsParsedOnceAndOnlyWhileItIsConfigured) {
   const std::shared_ptr<const Profile> parsed = profiles.find("a", a);
   ASSERT_NE(parsed, nullptr);
   EXPECT_EQ(parsed->name, "a");
-  EXPECT_TRUE(parsed->fork_server);
+  EXPECT_TRUE(parsed->fork_server.python);
   EXPECT_EQ(profiles.get("a", a), parsed) << "served from what was parsed, not parsed again";
   EXPECT_EQ(profiles.find("b", b), nullptr);
   EXPECT_EQ(profiles.get("b", b)->name, "b") << "not configured: parsed on demand";

@@ -155,11 +155,21 @@ TEST(ShippedProfiles, AllPassCheck) {
 
 TEST(Profiles, ForkServerIsAChoiceThatRoundTrips) {
   Profile off = load_profile_text("name: a\n", "a.yaml", ProfileSearch{});
-  EXPECT_FALSE(off.fork_server);
+  EXPECT_FALSE(off.fork_server.any());
   EXPECT_EQ(to_yaml(off).find("fork_server"), std::string::npos);
   Profile on = load_profile_text("name: b\nfork_server: true\n", "b.yaml", ProfileSearch{});
-  EXPECT_TRUE(on.fork_server);
+  EXPECT_TRUE(on.fork_server.python);
+  EXPECT_TRUE(on.fork_server.javascript);
   expect_round_trip(on);
+  for (const char* language : {"python", "javascript"}) {
+    Profile one = load_profile_text(std::string("name: c\nfork_server: [") + language + "]\n", "c.yaml",
+                                    ProfileSearch{});
+    EXPECT_EQ(one.fork_server.python, std::string(language) == "python");
+    EXPECT_EQ(one.fork_server.javascript, std::string(language) == "javascript");
+    expect_round_trip(one);
+  }
+  Profile none = load_profile_text("name: d\nfork_server: []\n", "d.yaml", ProfileSearch{});
+  EXPECT_FALSE(none.fork_server.any());
 }
 
 TEST(ShippedProfiles, DefaultHasTheDocumentedValues) {

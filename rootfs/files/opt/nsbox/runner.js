@@ -49,12 +49,14 @@ function result(ret, error, errorType) {
   return stringify({ return: ret, error, error_type: errorType });
 }
 
-// Frames of the runner and of Node's internals are noise for the user.
+// Frames of the runner, of the fork server that called it (zygote.js) and
+// of Node's internals are noise for the user.
+const ZYGOTE_FILE = path.join(__dirname, 'zygote.js');
 function filterStack(stack) {
   return stack
     .split('\n')
-    .filter((line) => !(/^\s+at /.test(line) &&
-      (line.includes(__filename) || /[( ]node:/.test(line) || line.includes('nsbox_resolve.js'))))
+    .filter((line) => !(/^\s+at /.test(line) && (line.includes(__filename) || line.includes(ZYGOTE_FILE) ||
+      /[( ]node:/.test(line) || line.includes('nsbox_resolve.js'))))
     .join('\n');
 }
 
@@ -168,21 +170,6 @@ function finish(text) {
   }));
 }
 
-process.on('exit', (code) => {
-  // User code called process.exit() before main's value was known.
-  if (!written) {
-    writeResult(result(null,
-      `Error: the code called process.exit(${code}) before main returned a value`, 'exception'));
-  }
-  process.exitCode = status; // a written result means exit 0
-});
-process.on('beforeExit', () => {
-  finish(result(null, "Error: main's promise never settled (the event loop became empty " +
-    'before it resolved or rejected)', 'exception'));
-});
-process.on('uncaughtException', (e) => finish(result(null, formatError(e), 'exception')));
-process.on('unhandledRejection', (e) => finish(result(null, formatError(e), 'exception')));
-
 function readRequest() {
   let raw;
   try {
@@ -198,6 +185,10 @@ function readRequest() {
       if (fd !== 0) closeSync(fd);
     } catch (e) { /* fd 0 stays closed */ }
   }
+  return parseRequest(raw);
+}
+
+function parseRequest(raw) {
   let req;
   try {
     req = parse(raw.toString('utf8'));
@@ -271,27 +262,68 @@ async function run() {
   return finish(encodeReturn(value));
 }
 
-// Node makes process.stdout and process.stderr on first use, loading its
-// net, stream and tty code: about 5 ms here, paid by the run when the
-// runner's final flush is the first use. Made now, while a warm sandbox
-// still waits for its request. Making a pipe's stream turns its fd
-// non-blocking, so that fs.writeSync(1, ...) in user code would write only
-// what fits in the pipe: the fds are made blocking again (libuv's stream
-// copes; its writes then complete before returning).
-for (const stream of [process.stdout, process.stderr]) {
-  if (stream._handle && typeof stream._handle.setBlocking === 'function') stream._handle.setBlocking(true);
+// Runs the runner's own code once on a sample, without running any code
+// and without touching fds 0-3 or the process's handlers: the fork server
+// (zygote.js) calls it so that V8 compiles these functions there, and each
+// forked run starts with their bytecode instead of compiling them again.
+function warmUp() {
+  const req = parseRequest(Buffer.from(stringify({
+    code: 'function main(args) {\n  return { n: args.params.n * 2 };\n}\n', inputs: { n: 21, s: 'x', a: [1, 2.5, null] },
+  })));
+  new vm.Script(req.code, { filename: USER_FILE }); // compiled only: running it would define main here
+  createRequire(path.join('/tmp', REQUIRE_BASE));
+  encodeReturn({ n: 42, s: 'x', a: [1, 2.5, null, true], b: 1n, w: new Number(1) });
+  encodeReturn(undefined);
+  encodeReturn(Symbol('s'));
+  encodeReturn({ bad: NaN });
+  formatError(new TypeError('warm-up'));
+  formatError('warm-up');
 }
 
-if (!resultFdOk()) {
-  process.stderr.write('nsbox runner: fd 3 (the result channel) is not open; run this under nsbox ' +
-    'or pass a pipe as fd 3 (see docs/RUNNERS.md)\n');
-  written = true;
-  status = EX_SOFTWARE;
-  process.exitCode = EX_SOFTWARE;
-} else {
-  run().catch((e) => {
-    process.stderr.write(`nsbox runner: internal error: ${e && e.stack}\n`);
-    status = EX_SOFTWARE;
-    exit(EX_SOFTWARE);
+// Runs the request on fd 0. Started as `node runner.js`, this file calls
+// it itself; the fork server (zygote.js) loads this file ahead of time and
+// calls it in each forked run, once the run's fds are in place.
+function main() {
+  process.on('exit', (code) => {
+    // User code called process.exit() before main's value was known.
+    if (!written) {
+      writeResult(result(null,
+        `Error: the code called process.exit(${code}) before main returned a value`, 'exception'));
+    }
+    process.exitCode = status; // a written result means exit 0
   });
+  process.on('beforeExit', () => {
+    finish(result(null, "Error: main's promise never settled (the event loop became empty " +
+      'before it resolved or rejected)', 'exception'));
+  });
+  process.on('uncaughtException', (e) => finish(result(null, formatError(e), 'exception')));
+  process.on('unhandledRejection', (e) => finish(result(null, formatError(e), 'exception')));
+
+  // Node makes process.stdout and process.stderr on first use, loading its
+  // net, stream and tty code: about 5 ms here, paid by the run when the
+  // runner's final flush is the first use. Made now, while a warm sandbox
+  // still waits for its request. Making a pipe's stream turns its fd
+  // non-blocking, so that fs.writeSync(1, ...) in user code would write only
+  // what fits in the pipe: the fds are made blocking again (libuv's stream
+  // copes; its writes then complete before returning).
+  for (const stream of [process.stdout, process.stderr]) {
+    if (stream._handle && typeof stream._handle.setBlocking === 'function') stream._handle.setBlocking(true);
+  }
+
+  if (!resultFdOk()) {
+    process.stderr.write('nsbox runner: fd 3 (the result channel) is not open; run this under nsbox ' +
+      'or pass a pipe as fd 3 (see docs/RUNNERS.md)\n');
+    written = true;
+    status = EX_SOFTWARE;
+    process.exitCode = EX_SOFTWARE;
+  } else {
+    run().catch((e) => {
+      process.stderr.write(`nsbox runner: internal error: ${e && e.stack}\n`);
+      status = EX_SOFTWARE;
+      exit(EX_SOFTWARE);
+    });
+  }
 }
+
+module.exports = { main, warmUp };
+if (require.main === module) main();

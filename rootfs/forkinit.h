@@ -1,0 +1,56 @@
+/* The fork servers' run PID 1 (forkinit.c), as zygote.py (ctypes) and
+ * zygote.js (forknode.c) call it. */
+#ifndef NSBOX_FORKINIT_H
+#define NSBOX_FORKINIT_H
+
+#include <stddef.h>
+
+#define SETUP_FAILED_EXIT 125 /* kSetupFailedExit */
+
+/* The request's fds, in the order nsbox sends them (sandbox.cc). */
+enum { FD_RUN, FD_STDIN, FD_STDOUT, FD_STDERR, FD_RESULT, FD_ERROR, FD_REPORT, FD_COUNT };
+
+enum mount_kind {
+  MOUNT_REQUIRED = 0,
+  MOUNT_OPTIONAL = 1, /* a mask of a path that does not exist is a no-op */
+  MOUNT_MASK_FILE = 2 /* /dev/null bound on an optional path, then made read-only */
+};
+
+/* The layouts zygote.py builds with ctypes and forknode.c in C. */
+struct nsbox_mount {
+  const char* source;
+  const char* target;
+  const char* fstype;
+  unsigned long flags;
+  const char* data;
+  int kind;
+};
+
+struct nsbox_rlimit {
+  int resource;
+  unsigned long long soft;
+  unsigned long long hard;
+};
+
+struct nsbox_run {
+  int fds[FD_COUNT];
+  int control_fd;
+  unsigned uid;
+  unsigned gid;
+  const struct nsbox_mount* mounts;
+  int mount_count;
+  const char* workspace_out; /* made after the mounts, or NULL */
+  const char* hostname;
+  const struct nsbox_rlimit* rlimits;
+  int rlimit_count;
+};
+
+/* In the zygote: clones the run's PID 1, which sets the run up and forks the
+ * workload. Returns PID 1's pid in the zygote, 0 in the workload, -errno
+ * when the clone fails. */
+long nsbox_fork_run(const struct nsbox_run* run);
+
+/* Rewrites this process's argv area (what /proc/PID/cmdline shows). */
+void nsbox_set_cmdline(const char* text, size_t len);
+
+#endif
