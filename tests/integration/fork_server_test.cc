@@ -61,7 +61,7 @@ class ForkServer : public ::testing::Test {
   NodeProcess node_{"tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " +
                     std::string(kForkedToken) + "\n    profile: " +
                     dir_.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") +
-                    "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n"};
+                    "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n  body_limit: 16MiB\n"};  // the contract's 5 MiB cases
 };
 
 // What a run can observe of its sandbox, everything a difference between a
