@@ -18,10 +18,11 @@
  *   is the run's own. Node's exit path joins the missing threads, so a run
  *   ends with exit() below (_exit), after the runner has flushed its
  *   output; zygote.js routes process.exit() there.
- * And one thing makes it safe: OpenSSL (crypto.randomBytes, randomUUID)
+ * And two things make it safe: OpenSSL (crypto.randomBytes, randomUUID)
  * notices a fork by a change of pid, and a run's workload has the pid the
- * zygote has in its own sandbox (2): each run reseeds OpenSSL's generators
- * from the kernel before any of its code runs. */
+ * zygote has in its own sandbox (2); V8's generators (Math.random, where it
+ * maps memory) never notice. Each run reseeds both from the kernel before
+ * any of its code runs. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -232,6 +233,30 @@ static int reseed_openssl(void) {
   return 0;
 }
 
+/* V8 functions the pinned node binary exports (C++ names, Itanium ABI: a
+ * member function takes its object first). A node without them fails to
+ * load this add-on, which tools/build-rootfs checks. */
+void* _ZN2v87Isolate10GetCurrentEv(void);
+void* _ZN2v88internal7Isolate23random_number_generatorEv(void* isolate);
+void _ZN2v84base21RandomNumberGenerator7SetSeedEl(void* generator, int64_t seed);
+void _ZN2v84base2OS17SetRandomMmapSeedEl(int64_t seed);
+
+/* In the workload: V8's random generators are byte for byte the zygote's.
+ * The isolate's seeds Math.random in every realm (the main one, vm
+ * contexts; lodash keeps its own reference to Math.random) on first use,
+ * which the zygote never made; the other places V8 maps new memory. Both
+ * get seeds from the kernel. */
+static int reseed_v8(void) {
+  int64_t seeds[2];
+  if (getrandom(seeds, sizeof seeds, 0) != (ssize_t)sizeof seeds) return -1;
+  void* isolate = _ZN2v87Isolate10GetCurrentEv();
+  void* generator = isolate ? _ZN2v88internal7Isolate23random_number_generatorEv(isolate) : NULL;
+  if (!generator) return errno = EINVAL, -1;
+  _ZN2v84base21RandomNumberGenerator7SetSeedEl(generator, seeds[0]);
+  _ZN2v84base2OS17SetRandomMmapSeedEl(seeds[1]);
+  return 0;
+}
+
 /* The parts of a run plan that live in malloc'd memory. */
 struct plan_memory {
   struct nsbox_mount* mounts;
@@ -257,14 +282,12 @@ static void free_plan(struct plan_memory* m) {
 /* One mount: [source, target, fstype, flags, data, kind]. */
 static int read_mount(napi_env env, napi_value entry, struct nsbox_mount* m) {
   napi_value v;
-  char* strings[4] = {NULL, NULL, NULL, NULL};
+  /* Each string goes into *m as soon as it is read: free_plan frees it. */
+  char** strings[4] = {(char**)&m->source, (char**)&m->target, (char**)&m->fstype,
+                       (char**)&m->data};
   static const uint32_t string_at[4] = {0, 1, 2, 4};
   for (int i = 0; i < 4; ++i)
-    if (!get_element(env, entry, string_at[i], &v) || !get_string(env, v, &strings[i])) return 0;
-  m->source = strings[0];
-  m->target = strings[1];
-  m->fstype = strings[2];
-  m->data = strings[3];
+    if (!get_element(env, entry, string_at[i], &v) || !get_string(env, v, strings[i])) return 0;
   int64_t flags, kind;
   if (!get_element(env, entry, 3, &v) || !get_int64(env, v, &flags)) return 0;
   if (!get_element(env, entry, 5, &v) || !get_int64(env, v, &kind)) return 0;
@@ -372,6 +395,8 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
     if (err < 0) return throw_workload_failure(env, "uv_loop_fork", "workload", -err);
     if (reseed_openssl() < 0)
       return throw_workload_failure(env, "reseed", "OpenSSL random generators", EIO);
+    if (reseed_v8() < 0)
+      return throw_workload_failure(env, "reseed", "V8 random generators", errno);
   }
   napi_create_int64(env, pid, &result);
   return result;
@@ -406,9 +431,10 @@ static int load_seccomp(napi_env env, napi_value program, bool notify, int run_s
   void* data = NULL;
   size_t len = 0;
   if (napi_get_buffer_info(env, program, &data, &len) != napi_ok || len == 0 ||
-      len % sizeof(struct sock_filter)) {
+      len % sizeof(struct sock_filter) || len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
     napi_throw_type_error(
-        env, NULL, "forkinit.node: the seccomp program must be a Buffer of BPF instructions");
+        env, NULL,
+        "forkinit.node: the seccomp program must be a Buffer of 1 to 4096 BPF instructions");
     return 0;
   }
   struct sock_fprog prog = {.len = (unsigned short)(len / sizeof(struct sock_filter)),
@@ -424,79 +450,112 @@ static int load_seccomp(napi_env env, napi_value program, bool notify, int run_s
 }
 
 /* Calls what(fd, type, arg) for each open fd above 3 but the directory's
- * own; type is the /proc/self/fd link target. */
-static void for_each_fd(void (*what)(int fd, const char* type, void* arg), void* arg) {
+ * own; type is the /proc/self/fd link target. Stops at the first callback
+ * that returns -1. -1 with errno when listing fails. */
+static int for_each_fd(int (*what)(int fd, const char* type, void* arg), void* arg) {
   DIR* dir = opendir("/proc/self/fd");
-  if (!dir) return;
-  for (struct dirent* e; (e = readdir(dir));) {
+  if (!dir) return -1;
+  int result = 0;
+  errno = 0;
+  for (struct dirent* e; result == 0 && (e = readdir(dir));) {
     int fd = atoi(e->d_name);
     if (fd <= 3 || fd == dirfd(dir)) continue;
     char path[64], type[128];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(path, type, sizeof type - 1);
-    type[n > 0 ? n : 0] = 0;
-    what(fd, type, arg);
+    if (n < 0) {
+      result = -1;
+      break;
+    }
+    type[n] = 0;
+    result = what(fd, type, arg);
+    errno = 0;
   }
+  int err = errno;
   closedir(dir);
+  errno = err;
+  return result < 0 || err ? -1 : 0;
 }
 
-static void record_pipe(int fd, const char* type, void* arg) {
+static int record_pipe(int fd, const char* type, void* arg) {
   (void)arg;
   struct stat st;
-  if (strncmp(type, "pipe:", 5) != 0 || fstat(fd, &st) < 0 || zygote_pipe_count == MAX_ZYGOTE_PIPES)
-    return;
+  if (strncmp(type, "pipe:", 5) != 0) return 0;
+  if (fstat(fd, &st) < 0) return -1;
+  if (zygote_pipe_count == MAX_ZYGOTE_PIPES) return errno = EMFILE, -1;
   zygote_pipes[zygote_pipe_count].dev = st.st_dev;
   zygote_pipes[zygote_pipe_count].ino = st.st_ino;
   ++zygote_pipe_count;
+  return 0;
 }
 
 /* recordZygoteFds(): in the zygote, once before it serves: the pipes its
  * threads own (libuv loops of Node's helper threads, and the main loop's). */
 static napi_value record_zygote_fds(napi_env env, napi_callback_info info) {
-  (void)env;
   (void)info;
   zygote_pipe_count = 0;
-  for_each_fd(record_pipe, NULL);
+  if (for_each_fd(record_pipe, NULL) < 0) return throw_failure(env, "list", "/proc/self/fd", errno);
   return NULL;
 }
 
-/* A fd of the workload that it shares with the zygote's threads. */
+/* What becomes of a fd of the workload that the zygote also has. */
+enum shared_kind { SHARED_EPOLL, SHARED_EVENTFD, SHARED_PIPE, SHARED_DEV_NULL };
+
 struct shared_fd {
   int fd;
-  enum { SHARED_EPOLL, SHARED_EVENTFD, SHARED_PIPE } kind;
+  enum shared_kind kind;
   ino_t pipe;
 };
 
 struct shared_fds {
   const uv_loop_t* loop;
+  int own[2]; /* the request's fds still open: the run socket, the error fd */
   struct shared_fd fd[MAX_ZYGOTE_PIPES * 2];
   int count;
+  int refused; /* a fd of a kind this file does not know, or -1 */
+  char refused_type[128];
 };
 
-static void find_shared_fd(int fd, const char* type, void* arg) {
-  struct shared_fds* found = arg;
+static int is_own_fd(const struct shared_fds* found, int fd) {
   const uv_loop_t* loop = found->loop;
-  if (found->count == MAX_ZYGOTE_PIPES * 2 || fd == uv_backend_fd(loop) ||
-      fd == loop->async_io_watcher.fd || fd == loop->async_wfd || fd == loop->signal_pipefd[0] ||
-      fd == loop->signal_pipefd[1])
-    return;
+  return fd == found->own[0] || fd == found->own[1] || fd == uv_backend_fd(loop) ||
+         fd == loop->async_io_watcher.fd || fd == loop->async_wfd || fd == loop->signal_pipefd[0] ||
+         fd == loop->signal_pipefd[1];
+}
+
+static int is_zygote_pipe(int fd, ino_t* ino) {
+  struct stat st;
+  if (fstat(fd, &st) < 0) return -1;
+  *ino = st.st_ino;
+  for (int i = 0; i < zygote_pipe_count; ++i)
+    if (zygote_pipes[i].dev == st.st_dev && zygote_pipes[i].ino == st.st_ino) return 1;
+  return 0;
+}
+
+static int find_shared_fd(int fd, const char* type, void* arg) {
+  struct shared_fds* found = arg;
+  if (is_own_fd(found, fd)) return 0;
+  if (found->count == MAX_ZYGOTE_PIPES * 2) return errno = EMFILE, -1;
   struct shared_fd* f = &found->fd[found->count];
   f->fd = fd;
   if (!strcmp(type, "anon_inode:[eventpoll]")) {
     f->kind = SHARED_EPOLL;
   } else if (!strcmp(type, "anon_inode:[eventfd]")) {
     f->kind = SHARED_EVENTFD;
-  } else {
-    struct stat st;
-    if (strncmp(type, "pipe:", 5) != 0 || fstat(fd, &st) < 0) return;
-    int zygotes = 0;
-    for (int i = 0; i < zygote_pipe_count; ++i)
-      zygotes |= zygote_pipes[i].dev == st.st_dev && zygote_pipes[i].ino == st.st_ino;
-    if (!zygotes) return; /* made in this process since the fork */
+  } else if (!strcmp(type, "/dev/null")) {
+    f->kind = SHARED_DEV_NULL;
+  } else if (!strncmp(type, "pipe:", 5)) {
+    int zygotes = is_zygote_pipe(fd, &f->pipe);
+    if (zygotes < 0) return -1;
+    if (!zygotes) return 0; /* made in this process since the fork (libuv's signal lock) */
     f->kind = SHARED_PIPE;
-    f->pipe = st.st_ino;
+  } else {
+    found->refused = fd;
+    snprintf(found->refused_type, sizeof found->refused_type, "%s", type);
+    return errno = EBADFD, -1;
   }
   ++found->count;
+  return 0;
 }
 
 /* Puts fresh at fd's number, with fd's O_NONBLOCK, and closes fresh. */
@@ -504,8 +563,48 @@ static int put_in_place(int fresh, int fd) {
   int flags = fcntl(fd, F_GETFL);
   int ok = fresh >= 0 && flags >= 0 && dup3(fresh, fd, O_CLOEXEC) >= 0 &&
            fcntl(fd, F_SETFL, (fcntl(fd, F_GETFL) & ~O_NONBLOCK) | (flags & O_NONBLOCK)) >= 0;
+  int err = errno;
   if (fresh >= 0) close(fresh);
+  errno = err;
   return ok ? 0 : -1;
+}
+
+/* Both ends of the zygote's pipe f, wherever they are, become the ends of
+ * one new pipe. */
+static int replace_pipe(struct shared_fds* found, int i) {
+  int ends[2];
+  if (pipe2(ends, O_CLOEXEC) < 0) return -1;
+  int result = 0;
+  for (int j = i; j < found->count && result == 0; ++j) {
+    struct shared_fd* end = &found->fd[j];
+    if (end->fd < 0 || end->kind != SHARED_PIPE || end->pipe != found->fd[i].pipe) continue;
+    int mode = fcntl(end->fd, F_GETFL);
+    result =
+        mode < 0 ? -1 : put_in_place(dup(ends[(mode & O_ACCMODE) == O_RDONLY ? 0 : 1]), end->fd);
+    if (j != i) end->fd = -1;
+  }
+  int err = errno;
+  close(ends[0]);
+  close(ends[1]);
+  errno = err;
+  return result;
+}
+
+static int replace_one(struct shared_fds* found, int i) {
+  struct shared_fd* f = &found->fd[i];
+  switch (f->kind) {
+    case SHARED_EPOLL:
+      return put_in_place(epoll_create1(EPOLL_CLOEXEC), f->fd);
+    case SHARED_EVENTFD:
+      return put_in_place(eventfd(0, EFD_CLOEXEC), f->fd);
+    case SHARED_DEV_NULL: {
+      int mode = fcntl(f->fd, F_GETFL);
+      return mode < 0 ? -1 : put_in_place(open("/dev/null", (mode & O_ACCMODE) | O_CLOEXEC), f->fd);
+    }
+    case SHARED_PIPE:
+      return replace_pipe(found, i);
+  }
+  return errno = EINVAL, -1;
 }
 
 /* In the workload: the zygote's helper threads are gone, but their libuv
@@ -514,31 +613,23 @@ static int put_in_place(int fresh, int fd) {
  * then spin on the run's events) or wake them. Each is replaced, under the
  * same number, by a fresh object of its own kind that nothing waits on:
  * code of this process that still uses the number (a task posted for a
- * thread that is gone) writes to it harmlessly. The run's own loop (new
- * since uv_loop_fork) and pipes made since the fork are kept. */
-static int replace_shared_fds(const uv_loop_t* loop) {
-  struct shared_fds found = {.loop = loop, .count = 0};
-  for_each_fd(find_shared_fd, &found);
-  for (int i = 0; i < found.count; ++i) {
-    struct shared_fd* f = &found.fd[i];
-    if (f->fd < 0) continue; /* the other end of a pipe done before */
-    if (f->kind == SHARED_EPOLL && put_in_place(epoll_create1(EPOLL_CLOEXEC), f->fd) < 0) return -1;
-    if (f->kind == SHARED_EVENTFD && put_in_place(eventfd(0, EFD_CLOEXEC), f->fd) < 0) return -1;
-    if (f->kind != SHARED_PIPE) continue;
-    int ends[2];
-    if (pipe2(ends, O_CLOEXEC) < 0) return -1;
-    for (int j = i; j < found.count; ++j) {
-      struct shared_fd* end = &found.fd[j];
-      if (end->fd < 0 || end->kind != SHARED_PIPE || end->pipe != f->pipe) continue;
-      int mode = fcntl(end->fd, F_GETFL);
-      if (mode < 0 || put_in_place(dup(ends[(mode & O_ACCMODE) == O_RDONLY ? 0 : 1]), end->fd) < 0)
-        return -1;
-      if (end != f) end->fd = -1;
-    }
-    close(ends[0]);
-    close(ends[1]);
+ * thread that is gone) writes to it harmlessly. Kept: fds 0-3, the run's
+ * own loop (new since uv_loop_fork), pipes made since the fork, and own_fds.
+ * Any other fd fails the run (fail closed): it would be shared. */
+static napi_value replace_shared_fds(napi_env env, const uv_loop_t* loop, const int own_fds[2]) {
+  struct shared_fds found = {
+      .loop = loop, .own = {own_fds[0], own_fds[1]}, .count = 0, .refused = -1};
+  if (for_each_fd(find_shared_fd, &found) < 0) {
+    if (found.refused < 0) return throw_failure(env, "list", "/proc/self/fd", errno);
+    char what[192];
+    snprintf(what, sizeof what, "fd %d (%s) shared with the fork server", found.refused,
+             found.refused_type);
+    return throw_failure(env, "replace", what, EBADFD);
   }
-  return 0;
+  for (int i = 0; i < found.count; ++i)
+    if (found.fd[i].fd >= 0 && replace_one(&found, i) < 0)
+      return throw_failure(env, "replace", "fds shared with the fork server", errno);
+  return NULL;
 }
 
 /* The command line a started run's workload shows, NULs between args. */
@@ -560,12 +651,8 @@ static int set_cmdline_from(napi_env env, napi_value args) {
   return 1;
 }
 
-/* becomeWorkload(fds, cwd, cmdline, seccompProgram, notify): in the
- * workload, just forked: the run's stdio and result fd (3), its cwd, what
- * ps shows, no blocked signal, and the run's seccomp filter last. Closes
- * every fd of the request but the error fd, which zygote.js closes once
- * set-up is over; replaces every fd it shares with the zygote's threads. */
-static napi_value become_workload(napi_env env, napi_callback_info info) {
+/* The steps of becomeWorkload(); true once all are done. */
+static napi_value become_workload_steps(napi_env env, napi_callback_info info) {
   napi_value argv[5];
   if (!get_args(env, info, 5, argv)) return NULL;
   int fds[FD_COUNT];
@@ -578,7 +665,7 @@ static napi_value become_workload(napi_env env, napi_callback_info info) {
   char* cwd = NULL;
   if (!get_string(env, argv[1], &cwd)) return NULL;
   bool notify = false;
-  napi_get_value_bool(env, argv[4], &notify);
+  if (napi_get_value_bool(env, argv[4], &notify) != napi_ok) return free(cwd), NULL;
   static const int stdio[3] = {FD_STDIN, FD_STDOUT, FD_STDERR};
   for (int i = 0; i < 3; ++i)
     if (dup2(fds[stdio[i]], i) < 0) return free(cwd), throw_failure(env, "dup2", "stdio", errno);
@@ -590,19 +677,40 @@ static napi_value become_workload(napi_env env, napi_callback_info info) {
   }
   free(cwd);
   if (dup2(fds[FD_RESULT], 3) < 0) return throw_failure(env, "dup2", "result fd", errno);
+  for (int i = FD_STDIN; i <= FD_RESULT; ++i) close(fds[i]);
   prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
   if (!set_cmdline_from(env, argv[2])) return NULL;
   prctl(PR_SET_NAME, "node", 0, 0, 0);
+  uv_loop_t* loop = NULL;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || !loop)
+    return throw_failure(env, "fork server", "libuv loop", EINVAL);
+  const int own[2] = {fds[FD_RUN], fds[FD_ERROR]};
+  replace_shared_fds(env, loop, own);
+  bool pending = false;
+  if (napi_is_exception_pending(env, &pending) != napi_ok || pending) return NULL;
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   if (!load_seccomp(env, argv[3], notify, fds[FD_RUN])) return NULL;
-  for (int i = FD_RUN; i <= FD_RESULT; ++i) close(fds[i]);
-  uv_loop_t* loop = NULL;
-  if (napi_get_uv_event_loop(env, &loop) != napi_ok || !loop)
-    return throw_failure(env, "fork server", "libuv loop", EINVAL);
-  if (replace_shared_fds(loop) < 0)
-    return throw_failure(env, "replace", "fds shared with the fork server", errno);
+  close(fds[FD_RUN]);
+  napi_value done;
+  napi_get_boolean(env, true, &done);
+  return done;
+}
+
+/* becomeWorkload(fds, cwd, cmdline, seccompProgram, notify): in the
+ * workload, just forked: the run's stdio and result fd (3), its cwd, what
+ * ps shows, every fd it shares with the zygote's threads replaced, no
+ * blocked signal, and the run's seccomp filter last. Closes every fd of the
+ * request but the error fd, which zygote.js closes once set-up is over.
+ * Returns true; anything else is a failure, and throws (fail closed: the
+ * run must not go on without a step). */
+static napi_value become_workload(napi_env env, napi_callback_info info) {
+  napi_value done = become_workload_steps(env, info);
+  bool pending = false;
+  napi_is_exception_pending(env, &pending);
+  if (done && !pending) return done;
+  if (!pending) throw_failure(env, "workload", "set-up", EINVAL);
   return NULL;
 }
 

@@ -426,9 +426,9 @@ uint32_t sandbox_id(const Field& v, const char* root_message) {
 Profile::ForkServer fork_server_languages(const Field& f) {
   Profile::ForkServer out;
   if (!f.is_list()) {
-    if (!f.is_plain_scalar()) f.fail("expected true, false or a list of languages, got " + describe(f.node()));
-    const bool on = f.boolean();
-    return {on, on};
+    const std::optional<bool> on = f.maybe_boolean();
+    if (!on) f.fail("expected true, false or a list of languages (python, javascript), got " + describe(f.node()));
+    return {*on, *on};
   }
   for (const Field& item : f.items()) {
     const std::string name = item.text();

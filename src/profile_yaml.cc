@@ -299,12 +299,16 @@ std::string Field::text() const {
   return v;
 }
 
+std::optional<bool> Field::maybe_boolean() const {
+  if (!is_plain_scalar()) return std::nullopt;
+  const std::string& v = node_.Scalar();
+  if (v == "true" || v == "True" || v == "TRUE") return true;
+  if (v == "false" || v == "False" || v == "FALSE") return false;
+  return std::nullopt;
+}
+
 bool Field::boolean() const {
-  if (is_plain_scalar()) {
-    const std::string& v = node_.Scalar();
-    if (v == "true" || v == "True" || v == "TRUE") return true;
-    if (v == "false" || v == "False" || v == "FALSE") return false;
-  }
+  if (auto b = maybe_boolean()) return *b;
   fail("expected true or false, got " + describe(node_));
 }
 

@@ -67,6 +67,7 @@ class Field {
   std::string string() const;  // any scalar
   std::string text() const;    // a scalar YAML would not read as a number, bool or null
   bool boolean() const;        // true/false
+  std::optional<bool> maybe_boolean() const;  // true/false, or nullopt for anything else
   uint64_t integer(uint64_t min, uint64_t max) const;
   double number(double min, double max) const;
   uint64_t size(uint64_t min, uint64_t max) const;

@@ -23,9 +23,9 @@
 // report]. Setup failures go to the error fd as nsbox's ChildFailure.
 //
 // What a forked run has of the zygote, and a started one does not, is in
-// docs/SECURITY.md ("Fork server"). Two of them are undone here: V8's
-// Math.random state (each run seeds its own from the kernel) and the
-// command line.
+// docs/SECURITY.md ("Fork server", "The JavaScript fork server"); what
+// forkinit.node undoes in each run (random generators, fds the zygote's
+// threads own) is listed there.
 
 // V8 compiles a function when it first runs, and keeps the bytecode. Here,
 // until serving starts, it compiles every function it loads at once
@@ -113,25 +113,6 @@ function runPlan(cfg, fds, uid, gid) {
   };
 }
 
-// Math.random from a generator of the run's own, seeded by the kernel: V8's
-// state is the zygote's, so every run would draw the same numbers.
-function reseedMathRandom() {
-  const pool = new Float64Array(64);
-  const words = new Uint32Array(128);
-  let next = pool.length;
-  function refill() {
-    forkinit.fillRandom(Buffer.from(words.buffer));
-    // 53 random bits per double in [0, 1).
-    for (let i = 0; i < pool.length; i++) pool[i] = ((words[2 * i] >>> 5) * 67108864 + (words[2 * i + 1] >>> 6)) / 9007199254740992;
-    next = 0;
-  }
-  const random = { random() {
-    if (next === pool.length) refill();
-    return pool[next++];
-  } }.random;
-  Object.defineProperty(Math, 'random', { value: random, writable: true, configurable: true, enumerable: false });
-}
-
 // V8 hands WebAssembly's asynchronous compile and instantiate to its
 // platform's worker threads, which a forked run does not have: the run
 // would wait for them forever. Here they compile on the run's own thread,
@@ -173,13 +154,22 @@ function compileWasmOnThisThread() {
 
 // In the workload, just forked by the run's PID 1: becomes the runner.
 function becomeWorkload(cfg, fds) {
-  forkinit.becomeWorkload(fds, cfg.cwd, ['node', '/opt/nsbox/runner.js'], Buffer.from(cfg.seccomp, 'hex'),
-    cfg.notify);
+  const program = Buffer.from(cfg.seccomp, 'hex');
+  // Buffer.from stops at the first character that is not hex: a partial
+  // filter must not load.
+  if (program.length * 2 !== cfg.seccomp.length) {
+    throw Object.assign(new Error('the seccomp program is not hex'), { step: 'seccomp', object: 'request',
+      errno: EINVAL });
+  }
+  // true, or it threw: set-up must not go on past a failed step.
+  if (forkinit.becomeWorkload(fds, cfg.cwd, ['node', '/opt/nsbox/runner.js'], program, cfg.notify) !== true) {
+    throw Object.assign(new Error('becomeWorkload did not finish'), { step: 'workload', object: 'set-up',
+      errno: EIO });
+  }
   for (const key of Object.keys(process.env)) delete process.env[key];
   for (const [key, value] of cfg.env) process.env[key] = value;
   process.argv = [process.execPath, '/opt/nsbox/runner.js'];
   process.execArgv = [];
-  reseedMathRandom();
   compileWasmOnThisThread();
   // Node's exit joins threads only the zygote has: a run ends at once.
   process.reallyExit = (code) => forkinit.exit(code | 0);
