@@ -4,28 +4,27 @@
  * zygote.py loads this library (forkinit.so) and zygote.js the same code as
  * a Node add-on (forkinit.node, with forknode.c); each calls nsbox_fork_run()
  * for each request. It clones the run's PID 1 into a new user and pid
- * namespace; PID 1 sets the run up here, then fork()s the workload, which
- * returns 0 from nsbox_fork_run() into the zygote's code and becomes the
- * runner.
+ * namespace, sharing the zygote's memory, as vfork() does: the zygote waits
+ * until PID 1 execs. PID 1 sets the run up here, forks the workload (the
+ * run's only copy of the zygote's memory), and execs nsbox-init
+ * (nsbox-init.c), which reaps and reports; the workload jumps back into
+ * nsbox_fork_run(), returns 0 into the zygote's code and becomes the runner.
  *
- * Why C: PID 1 lives as long as the run. As Python it ran the interpreter
- * for its set-up and its wait loop, and every object it touched (reference
- * counts, allocations) copied a page of the fork server's heap: about a
- * quarter of a forked run's CPU went there. This code touches its stack and
- * little else, so PID 1 shares nearly all its memory with the fork server
- * and the workload is forked from a clean copy.
+ * Why C: PID 1 runs while it shares the zygote's memory, so it must touch
+ * nothing of it but its own stack (no allocation, no interpreter). Why
+ * shared: a copy of the zygote for PID 1 cost a page-table copy at the
+ * clone and a teardown at PID 1's exit, in every run, and its pages stayed
+ * shared with the zygote for the whole run.
  *
  * Built by tools/build-rootfs into /opt/nsbox/forkinit.so with the host's
  * compiler and glibc headers; the host and the tree are the same Debian
  * release, so the tree's glibc has every symbol it uses (checked there).
- * Failures go to the error fd as nsbox's ChildFailure, PID 1's report of the
- * workload's end as InitReport (include/nsbox/child_report.h). */
+ * Failures go to the error fd as nsbox's ChildFailure. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -33,14 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "forkinit.h"
@@ -50,12 +48,6 @@ struct child_failure {
   char step[48];
   char object[4000];
   int32_t err;
-};
-
-struct init_report {
-  int32_t kind; /* 1 exited, 2 signaled */
-  int32_t value;
-  int32_t alone;
 };
 
 static void report_failure(int fd, const char* step, const char* object, int err) {
@@ -195,13 +187,6 @@ void nsbox_set_cmdline(const char* text, size_t len) {
   memcpy((void*)start, text, len < room ? len : room - 1);
 }
 
-/* PID 1 of a started run is nsbox-init, and shows nothing else. */
-static void name_process(void) {
-  static const char name[] = "nsbox-init";
-  nsbox_set_cmdline(name, sizeof name);
-  prctl(PR_SET_NAME, name, 0, 0, 0);
-}
-
 /* What one run may write or see of other runs is made fresh for it; the
  * rest (rootfs, binds, masks outside /proc) comes from the zygote's mount
  * namespace, locked: this user namespace cannot unmount or change it. */
@@ -263,77 +248,6 @@ static void drop_privileges(const struct nsbox_run* run) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) fail(run, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
 }
 
-/* Reaps every exited child; 1 and the workload's wait status once it is
- * one of them. PID 1 that has no child left never saw the workload end. */
-static int reap_exited(pid_t workload, int* status) {
-  for (;;) {
-    int st;
-    pid_t pid = waitpid(-1, &st, WNOHANG | __WALL);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) _exit(SETUP_FAILED_EXIT);
-    if (pid == 0) return 0;
-    if (pid == workload) {
-      *status = st;
-      return 1;
-    }
-  }
-}
-
-/* nsbox's InitReport, then PID 1 exits: the kernel ends whatever is left of
- * the run. alone: no other process was left when the workload ended. */
-static void report_workload_end(int status, int report_fd) {
-  int alone = 1;
-  for (;;) {
-    int st;
-    pid_t pid = waitpid(-1, &st, WNOHANG | __WALL);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid == 0) alone = 0;
-    if (pid <= 0) break;
-  }
-  struct init_report report = {.alone = alone};
-  if (WIFSIGNALED(status)) {
-    report.kind = 2;
-    report.value = WTERMSIG(status);
-  } else {
-    report.kind = 1;
-    report.value = WEXITSTATUS(status);
-  }
-  ssize_t ignored = write(report_fd, &report, sizeof report);
-  (void)ignored;
-  _exit(report.kind == 1 ? report.value : 128 + report.value);
-}
-
-/* Reaps every child until the workload ends, then reports it. The run
- * socket stays open on nsbox's side for the whole run: its end means nsbox
- * is gone, and PID 1 exits, which ends every process of the run (a started
- * run's PID 1 dies with the supervisor the same way, PR_SET_PDEATHSIG). */
-static void reap_until_workload_ends(const struct nsbox_run* run, pid_t workload) {
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  int sfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (sfd < 0) _exit(SETUP_FAILED_EXIT);
-  int status = 0;
-  while (!reap_exited(workload, &status)) {
-    struct pollfd ready[2] = {{.fd = run->fds[FD_RUN], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-    if (poll(ready, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      _exit(SETUP_FAILED_EXIT);
-    }
-    if (ready[0].revents) {
-      char byte;
-      ssize_t n = recv(run->fds[FD_RUN], &byte, 1, MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) _exit(SETUP_FAILED_EXIT);
-    }
-    if (ready[1].revents) {
-      struct signalfd_siginfo info[8];
-      while (read(sfd, info, sizeof info) > 0) {
-      }
-    }
-  }
-  report_workload_end(status, run->fds[FD_REPORT]);
-}
-
 /* The zygote's control socket carries every run's request: the run must
  * not hold it. Its fd number stays taken (by /dev/null) until the workload
  * puts the result fd there: fork handlers that run in the workload (libuv's
@@ -345,9 +259,63 @@ static void forget_control_socket(const struct nsbox_run* run) {
   close(null);
 }
 
-/* PID 1 of the run, just cloned: sets the run up and forks the workload.
- * Returns 0 in the workload only. */
-static long run_init(const struct nsbox_run* run) {
+/* In the workload: waits until PID 1 has become nsbox-init and made itself
+ * not dumpable again (the exec made it dumpable), which nsbox-init says by
+ * closing the gate's other end. Until then a run's code could open PID 1's
+ * /proc files. A PID 1 that died ends the run: going on is harmless. */
+static void wait_for_nsbox_init(int gate) {
+  char byte;
+  while (read(gate, &byte, 1) < 0 && errno == EINTR) {
+  }
+  close(gate);
+}
+
+/* PID 1 stops sharing the zygote's memory here: it execs nsbox-init with
+ * the run socket, the report fd and the workload's pid, and the zygote,
+ * waiting since the clone, goes on. Nothing of the zygote's stays open
+ * (stdio becomes /dev/null; nsbox-init closes the rest). */
+static void become_nsbox_init(const struct nsbox_run* run, pid_t workload) {
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) fail(run, "open", "/dev/null", errno);
+  for (int fd = 0; fd < 3; ++fd)
+    if (dup2(null, fd) < 0) fail(run, "dup2", "stdio of PID 1", errno);
+  close(null);
+  for (int i = FD_STDIN; i <= FD_ERROR; ++i) fcntl(run->fds[i], F_SETFD, FD_CLOEXEC);
+  if (fcntl(run->fds[FD_RUN], F_SETFD, 0) < 0 || fcntl(run->fds[FD_REPORT], F_SETFD, 0) < 0)
+    fail(run, "fcntl", "fds of PID 1", errno);
+  char settings[64];
+  snprintf(settings, sizeof settings, "%s=%d %d %d", NSBOX_INIT_ENV, run->fds[FD_RUN], run->fds[FD_REPORT],
+           (int)workload);
+  char* const argv[] = {"nsbox-init", NULL};
+  char* const envp[] = {settings, NULL};
+  execve(NSBOX_INIT_PATH, argv, envp);
+  int err = errno;
+  kill(workload, SIGKILL);  // a run whose end nobody would report
+  fail(run, "execve", NSBOX_INIT_PATH, err);
+}
+
+enum { PID1_STACK_SIZE = 128 * 1024, PID1_STACK_GUARD = 4096 };
+
+/* What the clone hands PID 1: the run, and where its workload resumes (a
+ * __builtin_setjmp buffer in nsbox_fork_run's frame, which the workload's
+ * copy of the zygote's stack holds intact: the zygote was waiting). */
+struct pid1_start {
+  const struct nsbox_run* run;
+  void* zygote_frame[5];
+  /* Set by PID 1 while it is inside glibc's fork(), which locks the
+   * zygote's malloc arenas and stdio list while other zygote threads may
+   * run: a PID 1 killed there leaves them locked for good (see
+   * nsbox_fork_run). */
+  volatile int in_fork;
+};
+
+/* PID 1 of the run, just cloned: sets the run up, forks the workload and
+ * becomes nsbox-init. The workload jumps back into nsbox_fork_run(). */
+static int run_init(void* arg) {
+  struct pid1_start* start = arg;
+  const struct nsbox_run* run = start->run;
+  /* What ps shows until the exec (the argv area is the zygote's). */
+  prctl(PR_SET_NAME, "nsbox-init", 0, 0, 0);
   join_run_cgroup(run);
   forget_control_socket(run);
   struct sigaction dfl;
@@ -355,48 +323,87 @@ static long run_init(const struct nsbox_run* run) {
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGCHLD, &dfl, NULL);  // the zygote ignores it; the run gets the default
   enter_run_namespaces(run);
-  name_process();
   build_mounts(run);
   bring_up_loopback(run);
   if (sethostname(run->hostname, strlen(run->hostname)) < 0) fail(run, "sethostname", run->hostname, errno);
   send_self(run, 'I');
   apply_rlimits(run);
   drop_privileges(run);
+  /* The memory PID 1 shares (the zygote's, whose workloads make their own
+   * copy dumpable again) is closed to the run before the workload exists. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, NULL);
   /* glibc's fork: the workload's glibc state (its cached thread id, locks)
-   * is a freshly forked process's, as user code expects. */
+   * is a freshly forked process's, as user code expects. Its prepare and
+   * parent handlers run here on the zygote's memory, as if the zygote had
+   * forked: the zygote's thread is the one waiting. */
+  int gate[2];
+  if (pipe2(gate, O_CLOEXEC) < 0) fail(run, "pipe", "PID 1 gate", errno);
+  start->in_fork = 1;
   pid_t workload = fork();
+  if (workload != 0) start->in_fork = 0;
   if (workload < 0) fail(run, "fork", "workload", errno);
   if (workload == 0) {
     close(run->fds[FD_REPORT]);
-    return 0;
+    close(gate[1]);
+    wait_for_nsbox_init(gate[0]);
+    __builtin_longjmp(start->zygote_frame, 1);
   }
-  for (int i = FD_STDIN; i <= FD_ERROR; ++i) close(run->fds[i]);
-  /* Nothing of the fork server's stays open here (its stdout and stderr). */
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null >= 0) {
-    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
-    close(null);
+  close(gate[0]);
+  if (fcntl(gate[1], F_SETFD, 0) < 0) fail(run, "fcntl", "PID 1 gate", errno);
+  become_nsbox_init(run, workload);
+  return SETUP_FAILED_EXIT;
+}
+
+/* PID 1's stack, made once per zygote and reused: PID 1s run one at a time,
+ * each while the zygote waits. NULL when it cannot be made. */
+static char* pid1_stack(void) {
+  static char* stack;
+  if (stack) return stack;
+  char* area = mmap(NULL, PID1_STACK_SIZE + PID1_STACK_GUARD, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (area == MAP_FAILED) return NULL;
+  if (mprotect(area, PID1_STACK_GUARD, PROT_NONE) < 0) {
+    munmap(area, PID1_STACK_SIZE + PID1_STACK_GUARD);
+    return NULL;
   }
-  reap_until_workload_ends(run, workload);
-  _exit(SETUP_FAILED_EXIT);
+  stack = area + PID1_STACK_GUARD;
+  return stack;
 }
 
 /* In the zygote: clones the run's PID 1 into a new user and pid namespace
- * nested in the zygote's. Returns PID 1's pid in the zygote, 0 in the run's
- * workload, -errno when the clone fails.
+ * nested in the zygote's, sharing this memory until it execs (CLONE_VFORK
+ * keeps this thread waiting until then). Returns PID 1's pid in the zygote,
+ * 0 in the run's workload, -errno when the clone fails.
  *
- * The raw clone skips glibc's fork steps (no atfork handlers, no lock
- * reset, a stale cached thread id): sound only in a single-threaded
- * process, which zygote.py checks. PID 1 runs only this file's code, and
- * the workload is forked by glibc's fork(). The caller runs Python's own
- * before- and after-fork steps around this call, holding the GIL. */
+ * PID 1 skips glibc's fork steps (no atfork handlers, no lock reset) and
+ * runs only this file's code; the workload is forked by glibc's fork(). The
+ * Python caller runs Python's own before- and after-fork steps around this
+ * call, holding the GIL. */
 long nsbox_fork_run(const struct nsbox_run* run) {
-  long pid = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, NULL, NULL, NULL, NULL);
-  if (pid < 0) return -errno;
-  if (pid > 0) return pid;
-  return run_init(run);
+  char* stack = pid1_stack();
+  if (!stack) return -ENOMEM;
+  /* PID 1 makes the memory it shares not dumpable before the workload
+   * exists; it needs it dumpable until then (its /proc/self/uid_map is
+   * closed to it otherwise), so the zygote's own setting is put back. */
+  int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  struct pid1_start start = {.run = run};
+  if (__builtin_setjmp(start.zygote_frame)) return 0;  // the workload
+  long pid = clone(run_init, stack + PID1_STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD,
+                   &start);
+  int err = errno;
+  if (start.in_fork) {
+    /* PID 1 was killed inside fork(): locks of this process's memory may
+     * stay held. Ending here is what keeps the next runs safe; nsbox starts
+     * a new fork server. */
+    report_failure(run->fds[FD_ERROR], "fork server",
+                   "the run's PID 1 died inside fork() while it shared the fork server's memory", EOWNERDEAD);
+    _exit(SETUP_FAILED_EXIT);
+  }
+  if (dumpable >= 0) prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+  /* What this run's PID 1 left on the stack reaches no later run. */
+  madvise(stack, PID1_STACK_SIZE, MADV_DONTNEED);
+  return pid < 0 ? -err : pid;
 }

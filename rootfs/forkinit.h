@@ -1,11 +1,16 @@
 /* The fork servers' run PID 1 (forkinit.c), as zygote.py (ctypes) and
- * zygote.js (forknode.c) call it. */
+ * zygote.js (forknode.c) call it, and what it execs (nsbox-init.c). */
 #ifndef NSBOX_FORKINIT_H
 #define NSBOX_FORKINIT_H
 
 #include <stddef.h>
 
 #define SETUP_FAILED_EXIT 125 /* kSetupFailedExit */
+
+/* What PID 1 execs once the run is set up and its workload forked, and the
+ * environment variable that tells it "RUN_FD REPORT_FD WORKLOAD_PID". */
+#define NSBOX_INIT_PATH "/opt/nsbox/nsbox-init"
+#define NSBOX_INIT_ENV "NSBOX_INIT"
 
 /* The request's fds, in the order nsbox sends them (sandbox.cc). */
 enum { FD_RUN, FD_STDIN, FD_STDOUT, FD_STDERR, FD_RESULT, FD_ERROR, FD_REPORT, FD_COUNT };
@@ -45,9 +50,10 @@ struct nsbox_run {
   int rlimit_count;
 };
 
-/* In the zygote: clones the run's PID 1, which sets the run up and forks the
- * workload. Returns PID 1's pid in the zygote, 0 in the workload, -errno
- * when the clone fails. */
+/* In the zygote: clones the run's PID 1, which shares the zygote's memory
+ * while it sets the run up and forks the workload, then execs nsbox-init;
+ * the zygote waits until then. Returns PID 1's pid in the zygote, 0 in the
+ * workload, -errno when the clone fails. */
 long nsbox_fork_run(const struct nsbox_run* run);
 
 /* Rewrites this process's argv area (what /proc/PID/cmdline shows). */

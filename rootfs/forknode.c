@@ -204,7 +204,7 @@ static napi_value receive(napi_env env, napi_callback_info info) {
 }
 
 /* Undoes V8's MADV_DONTFORK on its heap (and on anything else anonymous):
- * the run's PID 1 and then its workload must get a copy of every page. */
+ * the workload, forked by the run's PID 1, must get a copy of every page. */
 static void allow_fork_of_all_mappings(void) {
   FILE* maps = fopen("/proc/self/maps", "re");
   if (!maps) return;
@@ -367,7 +367,8 @@ static int read_plan(napi_env env, napi_value plan, struct nsbox_run* run, struc
 }
 
 /* forkRun(plan): clones the run's PID 1 (forkinit.c), which sets the run up
- * and forks the workload. Returns PID 1's pid in the zygote and 0 in the
+ * sharing this memory (this thread waits until it execs nsbox-init) and
+ * forks the workload. Returns PID 1's pid in the zygote and 0 in the
  * workload, whose libuv loop and OpenSSL state are then its own; throws
  * with .workload set when making them fails there. */
 static napi_value fork_run(napi_env env, napi_callback_info info) {

@@ -13,7 +13,10 @@
 //   zygote -> init (PID 1 of the run, forkinit.c): the run's cgroup, user,
 //             mount, net, ipc, uts and cgroup namespaces, fresh /proc,
 //             /tmp, /dev/shm, /dev/pts, workspace and profile tmpfs, lo up,
-//             hostname, rlimits, no capability, no_new_privs; then reaps;
+//             hostname, rlimits, no capability, no_new_privs, all while
+//             sharing this process's memory (this thread waits, as after
+//             vfork); forks the workload, then execs /opt/nsbox/nsbox-init,
+//             which reaps;
 //          -> workload (PID 2, forked by init, back in this file): stdio and
 //             fd 3 from the request, cwd, env, the run's seccomp filter last,
 //             then the runner, as `node /opt/nsbox/runner.js` would run it.

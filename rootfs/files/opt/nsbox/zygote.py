@@ -6,8 +6,9 @@ filter), with the runner and json already imported. It never runs user code
 itself. For each request on fd 3 it forks the run's PID 1 straight into
 fresh namespaces of its own, before any user code exists:
 
-  zygote -> init (PID 1 of the run, forkinit.c: C, so that it copies
-            next to none of the fork server's pages), cloned into a new pid
+  zygote -> init (PID 1 of the run, forkinit.c: C, as it shares the fork
+            server's memory until it execs; the fork server waits, as after
+            vfork), cloned into a new pid
             namespace and a new user namespace nested in the zygote's: says
             its pid (SCM_CREDENTIALS) and gets into the run's cgroup (moved
             by nsbox on cgroup v2; on v1 it writes "0" to the run's tasks
@@ -17,8 +18,9 @@ fresh namespaces of its own, before any user code exists:
             the run's cgroup, the cgroup namespace rooted at it); fresh
             /proc with its masks, fresh /tmp, /dev/shm, /dev/pts, workspace
             and profile tmpfs, lo up, hostname; hands nsbox a pidfd of
-            itself; rlimits; drops every capability; no_new_privs; then only
-            reaps, and exits when nsbox hangs up the run socket;
+            itself; rlimits; drops every capability; no_new_privs; forks
+            the workload and execs /opt/nsbox/nsbox-init, which only reaps,
+            and exits when nsbox hangs up the run socket;
          -> workload (PID 2, forked by init, back in this file): stdio and
             fd 3 from the request, cwd, env, the run's seccomp filter last
             (its listener goes to nsbox), then the runner, exactly as
@@ -247,7 +249,8 @@ def serve():
     # then leave these objects' pages alone instead of copying them all.
     gc.collect()
     gc.freeze()
-    # nsbox_fork_run() is sound only in a single-threaded process.
+    # The workload is a copy of this one thread: another thread's state
+    # (the GIL, its locks) would be copied half-way.
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         sys.stderr.write("nsbox fork server: %d threads after the preloads; refusing to serve\n" % threads)
