@@ -1,4 +1,5 @@
-// The escape-attempt suite: every program in tests/security/attacks/ runs in
+// The escape-attempt suite: every program in tests/security/attacks/ (Python)
+// and tests/security/attacks_js/ (JavaScript) runs in
 // a real sandbox with the default profile (or, with `# profile: egress`, a
 // profile with network egress whose rules are as tempting as an operator's
 // mistake could make them), once through `nsbox run` and once through the
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -26,27 +28,46 @@ using json = nlohmann::json;
 
 const std::string kSecurityDir = std::string(NSBOX_SOURCE_DIR) + "/tests/security";
 
+enum class Lang { kPython, kJavaScript };
+
+// Where a language's attacks live, and how its comments start.
+struct LangFiles {
+  const char* dir;
+  const char* ext;
+  const char* prelude;
+  const char* comment;
+};
+const LangFiles& files_of(Lang lang) {
+  static const LangFiles python{"attacks", ".py", "prelude.py", "#"};
+  static const LangFiles javascript{"attacks_js", ".js", "prelude.js", "//"};
+  return lang == Lang::kPython ? python : javascript;
+}
+
 // What an attack's header asks of the harness: `# expect: WORD [ARG]` lines
-// and `# timeout: SECONDS`.
+// and `# timeout: SECONDS` (`// expect: ...` in JavaScript).
 struct Attack {
   std::string name;
+  Lang lang = Lang::kPython;
   std::string code;          // prelude + attack
   std::set<std::string> expect;
   int timeout_s = 30;
   bool egress = false;  // `# profile: egress`
 };
 
-Attack load_attack(const std::string& name) {
+Attack load_attack(const std::string& name, Lang lang = Lang::kPython) {
+  const LangFiles& f = files_of(lang);
   Attack a;
   a.name = name;
-  const std::string body = slurp(kSecurityDir + "/attacks/" + name + ".py");
-  a.code = slurp(kSecurityDir + "/prelude.py") + "\n" + body;
-  static const std::regex expect_re("^# expect: (\\w+)", std::regex::multiline);
+  a.lang = lang;
+  const std::string body = slurp(kSecurityDir + "/" + f.dir + "/" + name + f.ext);
+  a.code = slurp(kSecurityDir + "/" + f.prelude) + "\n" + body;
+  const std::string c = f.comment;
+  const std::regex expect_re("^" + c + " expect: (\\w+)", std::regex::multiline);
   for (std::sregex_iterator it(body.begin(), body.end(), expect_re), end; it != end; ++it) a.expect.insert((*it)[1]);
-  static const std::regex timeout_re("^# timeout: (\\d+)", std::regex::multiline);
+  const std::regex timeout_re("^" + c + " timeout: (\\d+)", std::regex::multiline);
   std::smatch m;
   if (std::regex_search(body, m, timeout_re)) a.timeout_s = std::stoi(m[1]);
-  static const std::regex profile_re("^# profile: (\\w+)", std::regex::multiline);
+  const std::regex profile_re("^" + c + " profile: (\\w+)", std::regex::multiline);
   if (std::regex_search(body, m, profile_re)) {
     if (m[1] != "egress") throw std::runtime_error(name + ": unknown profile " + m[1].str());
     a.egress = true;
@@ -54,10 +75,11 @@ Attack load_attack(const std::string& name) {
   return a;
 }
 
-std::vector<std::string> attack_names() {
+std::vector<std::string> attack_names(Lang lang = Lang::kPython) {
+  const LangFiles& f = files_of(lang);
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(kSecurityDir + "/attacks"))
-    if (e.path().extension() == ".py") names.push_back(e.path().stem().string());
+  for (const auto& e : std::filesystem::directory_iterator(kSecurityDir + "/" + f.dir))
+    if (e.path().extension() == f.ext) names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -117,7 +139,8 @@ class Bait {
     return egress_profile_;
   }
 
-  // The default profile with its Python runs forked by a fork server.
+  // The default profile with its Python and JavaScript runs forked by a
+  // fork server.
   std::string forked_profile() const {
     if (forked_profile_.empty()) {
       forked_profile_ = secret_dir_ + "/forked.yaml";
@@ -194,19 +217,48 @@ struct Outcome {
   json verdict;             // {"stopped": bool, "detail": str} or null
   bool stdout_truncated = false;
   std::vector<std::string> artifact_contents;
+  std::string mode_error;   // the run was not the kind the test asked for
   std::string raw;          // for failure messages
 };
 
+// JavaScript verdicts say whether their run was forked by the fork server
+// (prelude.js): it must match what the test asked for.
+void check_forked_flag(const Attack& a, bool forked, Outcome& o) {
+  if (a.lang != Lang::kJavaScript || !o.verdict.is_object()) return;
+  if (!o.verdict.contains("forked") || o.verdict["forked"] != json(forked))
+    o.mode_error = std::string("the verdict says forked=") +
+                   o.verdict.value("forked", json()).dump() + ", expected " +
+                   (forked ? "true" : "false");
+}
+
 Outcome run_through_cli(const Attack& a) {
-  const std::string footer =
+  const std::string python_footer =
       "\nimport json as _json, sys as _sys\n"
       "class _Args:\n    def __init__(self, p):\n        self.params = p\n"
       "_v = main(_Args(_json.loads(_sys.argv[1])))\n"
       "print('\\nNSBOX-VERDICT ' + _json.dumps(_v), flush=True)\n";
+  // `node -e CODE PARAMS`: process.argv[1] is PARAMS. main may be async;
+  // the verdict is written synchronously and the process ends with it
+  // (timers, workers and children an attack left would keep it alive).
+  const std::string js_footer =
+      "\n;(async () => {\n"
+      "  const _v = await main(new Args(JSON.parse(process.argv[1])));\n"
+      "  require('fs').writeSync(1, '\\nNSBOX-VERDICT ' + JSON.stringify(_v) + '\\n');\n"
+      "  process.exit(0);\n"
+      "})();\n";
   TempDir artifacts;
-  CliResult r = run_cli({"run", "--json", "--profile", a.egress ? bait->egress_profile() : "default", "--timeout",
-                         std::to_string(a.timeout_s), "--artifacts", artifacts.path() + "/out", "--", "python3", "-c",
-                         a.code + footer, bait->params().dump()});
+  std::vector<std::string> command = {"run",         "--json",
+                                      "--profile",   a.egress ? bait->egress_profile() : "default",
+                                      "--timeout",   std::to_string(a.timeout_s),
+                                      "--artifacts", artifacts.path() + "/out",
+                                      "--"};
+  if (a.lang == Lang::kPython) {
+    command.insert(command.end(), {"python3", "-c", a.code + python_footer});
+  } else {
+    command.insert(command.end(), {"node", "-e", a.code + js_footer});
+  }
+  command.push_back(bait->params().dump());
+  CliResult r = run_cli(command);
   Outcome o;
   o.raw = r.out.substr(0, 2000) + r.err.substr(0, 500);
   json j = json::parse(r.out, nullptr, false);
@@ -221,6 +273,7 @@ Outcome run_through_cli(const Attack& a) {
     if (o.verdict.is_discarded()) o.verdict = nullptr;
   }
   if (o.status == "ok" && o.verdict.is_null()) o.status = "no verdict";
+  check_forked_flag(a, false, o);
   // Every file the supervisor wrote, at any depth (a followed directory
   // symlink would show up as a subdirectory).
   std::error_code ec;
@@ -230,9 +283,11 @@ Outcome run_through_cli(const Attack& a) {
   return o;
 }
 
-// forked: as the tenant whose Python runs come from the fork server.
+// forked: as the tenant whose Python and JavaScript runs come from the fork
+// server.
 Outcome run_through_node(const Attack& a, bool forked = false) {
   json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
+  if (a.lang == Lang::kJavaScript) body["language"] = "javascript";
   httplib::Headers auth;
   if (a.egress) auth.emplace("Authorization", std::string("Bearer ") + kEgressToken);
   if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
@@ -248,14 +303,21 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   o.status = j.value("status", "");
   o.stdout_truncated = j.value("stdout_truncated", false);
   if (j["return"].is_object()) o.verdict = j["return"];
+  // A warm sandbox of that tenant was forked too (ahead of its request).
   if (forked && j.value("pool", "") != "warm" && j.value("pool", "") != "forked")
-    o.status = "not forked (pool " + j.value("pool", "?") + ")";
+    o.mode_error = "not forked (pool " + j.value("pool", "?") + ")";
+  check_forked_flag(a, forked, o);
   for (const auto& art : j.value("artifacts", json::array())) o.artifact_contents.push_back(art.value("content_base64", ""));
   return o;
 }
 
 void check(const Attack& a, const Outcome& o) {
   SCOPED_TRACE(o.raw);
+  EXPECT_EQ(o.mode_error, "") << a.name << ": the run was not of the kind asked for";
+  // NSBOX_TEST_SHOW_VERDICTS=1: every attack's outcome on stderr, passed or not.
+  if (std::getenv("NSBOX_TEST_SHOW_VERDICTS"))
+    std::cerr << "[verdict] " << a.name << ": status " << o.status << ", "
+              << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << "\n";
   const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
   if (a.expect.count("killed")) {
     EXPECT_EQ(o.status, "killed") << "the attack should have been killed";
@@ -301,6 +363,36 @@ INSTANTIATE_TEST_SUITE_P(Attacks, Escape, ::testing::ValuesIn(attack_names()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(EscapeSuite, HasAtLeastFiftyAttacks) { EXPECT_GE(attack_names().size(), 50u); }
+
+// The JavaScript attacks (attacks_js/, on top of prelude.js), the same three
+// ways. Through the node's tenant with `fork_server: true` a JavaScript run
+// is forked from the Node zygote (zygote.js, forkinit.node), whose
+// surface a started run does not have: each verdict says whether its run
+// was forked, and must say so exactly there.
+class JsEscape : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(JsEscape, StoppedThroughNsboxRun) {
+  Attack a = load_attack(GetParam(), Lang::kJavaScript);
+  check(a, run_through_cli(a));
+}
+
+TEST_P(JsEscape, StoppedThroughTheNode) {
+  Attack a = load_attack(GetParam(), Lang::kJavaScript);
+  check(a, run_through_node(a));
+}
+
+TEST_P(JsEscape, StoppedInARunOfTheForkServer) {
+  Attack a = load_attack(GetParam(), Lang::kJavaScript);
+  if (a.egress) GTEST_SKIP() << "an egress attack: the fork server refuses egress profiles";
+  check(a, run_through_node(a, true));
+}
+
+INSTANTIATE_TEST_SUITE_P(JsAttacks, JsEscape, ::testing::ValuesIn(attack_names(Lang::kJavaScript)),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+TEST(EscapeSuite, HasAtLeastTwentyJavaScriptAttacks) {
+  EXPECT_GE(attack_names(Lang::kJavaScript).size(), 20u);
+}
 
 }  // namespace
 }  // namespace nsbox::testing

@@ -1,0 +1,15 @@
+// fetch() the cloud metadata service and other outside addresses, and the
+// host's loopback service by URL.
+async function main(args) {
+  const tried = [];
+  for (const url of ['http://169.254.169.254/latest/meta-data/', 'http://[fd00:ec2::254]/latest/meta-data/',
+    'http://10.0.0.1/', 'http://8.8.8.8/', `http://127.0.0.1:${args.params.host_port}/`]) {
+    const r = await fetch(url, { signal: AbortSignal.timeout(4000) })
+      .then((res) => `answered ${res.status}`)
+      .catch((e) => (e.cause && e.cause.code) || e.name);
+    if (r.startsWith('answered')) return escaped(`${url} ${r}`);
+    if (r === 'TimeoutError' || r === 'AbortError') return escaped(`${url}: no refusal, a timeout (a route out exists?)`);
+    tried.push(`${url}: ${r}`);
+  }
+  return stopped(tried.join(', '));
+}

@@ -1,0 +1,20 @@
+// Reach the service listening on the host's 127.0.0.1 (and ::1, and the
+// unspecified address, which Linux routes to the local host).
+async function main(args) {
+  const net = require('net');
+  const port = args.params.host_port;
+  const tried = [];
+  for (const host of ['127.0.0.1', '::1', '0.0.0.0', 'localhost']) {
+    const r = await withTimeout(new Promise((resolve) => {
+      const s = net.connect({ host, port });
+      s.once('connect', () => {
+        s.destroy();
+        resolve('connected');
+      });
+      s.once('error', (e) => resolve(e.code));
+    }), 3000, 'connect').catch((e) => e.code);
+    if (r === 'connected') return escaped(`connected to ${host}:${port}`);
+    tried.push(`${host}: ${r}`);
+  }
+  return stopped(tried.join(', '));
+}

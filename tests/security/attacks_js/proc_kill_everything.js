@@ -1,0 +1,23 @@
+// process.kill(-1, SIGKILL): every process we may signal. It must reach
+// only this run's processes (our own child dies), never the host's, and
+// signals to the harness's pid must find no such process.
+// expect: no_process
+function main(args) {
+  const child = childProcess.spawn('sleep', ['60', args.params.marker], { stdio: 'ignore' });
+  sleepMs(200);
+  let hostPid;
+  try {
+    process.kill(args.params.host_pid, 0);
+    hostPid = `process ${args.params.host_pid} exists here`;
+  } catch (e) {
+    hostPid = e.code;
+  }
+  process.kill(-1, 'SIGKILL');
+  sleepMs(300);
+  const childAlive = fs.existsSync(`/proc/${child.pid}`) && !/\) Z/.test(fs.readFileSync(`/proc/${child.pid}/stat`, 'utf8'));
+  if (childAlive) return escaped('kill(-1) did not even reach our own child: the check would prove nothing');
+  if (hostPid !== 'ESRCH' && args.params.host_pid !== 1) return escaped(`kill(${args.params.host_pid}, 0): ${hostPid}`);
+  // The harness's own process is what kill(-1) would have hit outside: it
+  // checks it survived (it is running this test).
+  return stopped(`our child died, we and PID 1 live; host pid: ${hostPid}`);
+}
