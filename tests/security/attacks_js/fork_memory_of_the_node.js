@@ -21,7 +21,9 @@ function main(args) {
   let scanned = 0;
   const hits = [];
   for (const [range, perms, , , , path] of maps) {
-    if (perms[0] !== 'r' || path === '[vvar]' || path === '[vsyscall]') continue;
+    // Files mapped from the rootfs (node's own 100 MiB among them) hold
+    // only what the rootfs does: anonymous memory, heap and stack are read.
+    if (perms[0] !== 'r' || path === '[vvar]' || path === '[vsyscall]' || (path && path.startsWith('/'))) continue;
     const [start, end] = range.split('-').map((h) => parseInt(h, 16));
     for (let at = start; at < end; at += chunk.length - 64) {
       let n;
