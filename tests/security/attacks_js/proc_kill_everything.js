@@ -4,6 +4,7 @@
 // expect: no_process
 function main(args) {
   const child = childProcess.spawn('sleep', ['60', args.params.marker], { stdio: 'ignore' });
+  if (!child.pid) return escaped('could not start a child to check kill(-1) on: the check would prove nothing');
   sleepMs(200);
   let hostPid;
   try {
