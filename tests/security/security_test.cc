@@ -217,6 +217,7 @@ struct Outcome {
   json verdict;             // {"stopped": bool, "detail": str} or null
   bool stdout_truncated = false;
   std::vector<std::string> artifact_contents;
+  std::string pool;         // through the node: warm, cold or forked
   std::string mode_error;   // the run was not the kind the test asked for
   std::string raw;          // for failure messages
 };
@@ -283,11 +284,32 @@ Outcome run_through_cli(const Attack& a) {
   return o;
 }
 
+// Every tenant and language of the node keeps one warm sandbox (pool_size
+// 1): three tenants, two languages.
+constexpr double kWarmKeys = 6;
+
+// Until every pool key holds its warm sandbox again (after the previous
+// attack took one), so that a run is served warm rather than cold; at most
+// 30 s (the emulated VM is slow). The caller checks what it got.
+void wait_for_warm_pool() {
+  for (int i = 0; i < 1500; ++i) {
+    if (metric(the_node(), "nsbox_pool_starting") == 0 &&
+        metric(the_node(), "nsbox_pool_idle") >= kWarmKeys)
+      return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // forked: as the tenant whose Python and JavaScript runs come from the fork
 // server.
 Outcome run_through_node(const Attack& a, bool forked = false) {
   json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
-  if (a.lang == Lang::kJavaScript) body["language"] = "javascript";
+  if (a.lang == Lang::kJavaScript) {
+    body["language"] = "javascript";
+    // Through the fork-server tenant, runs meet a warm forked sandbox or
+    // are forked at the request, as the pool stands.
+    if (!forked) wait_for_warm_pool();
+  }
   httplib::Headers auth;
   if (a.egress) auth.emplace("Authorization", std::string("Bearer ") + kEgressToken);
   if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
@@ -302,10 +324,14 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   if (j.is_discarded()) return o;
   o.status = j.value("status", "");
   o.stdout_truncated = j.value("stdout_truncated", false);
+  o.pool = j.value("pool", "");
   if (j["return"].is_object()) o.verdict = j["return"];
   // A warm sandbox of that tenant was forked too (ahead of its request).
   if (forked && j.value("pool", "") != "warm" && j.value("pool", "") != "forked")
     o.mode_error = "not forked (pool " + j.value("pool", "?") + ")";
+  // A JavaScript attack through the pool must meet a warm sandbox.
+  if (a.lang == Lang::kJavaScript && !forked && !o.pool.empty() && o.pool != "warm")
+    o.mode_error = "not served warm (pool " + o.pool + ")";
   check_forked_flag(a, forked, o);
   for (const auto& art : j.value("artifacts", json::array())) o.artifact_contents.push_back(art.value("content_base64", ""));
   return o;
@@ -316,7 +342,8 @@ void check(const Attack& a, const Outcome& o) {
   EXPECT_EQ(o.mode_error, "") << a.name << ": the run was not of the kind asked for";
   // NSBOX_TEST_SHOW_VERDICTS=1: every attack's outcome on stderr, passed or not.
   if (std::getenv("NSBOX_TEST_SHOW_VERDICTS"))
-    std::cerr << "[verdict] " << a.name << ": status " << o.status << ", "
+    std::cerr << "[verdict] " << a.name << ": status " << o.status
+              << (o.pool.empty() ? "" : ", pool " + o.pool) << ", "
               << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << "\n";
   const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
   if (a.expect.count("killed")) {
