@@ -12,12 +12,14 @@
  *   little): a plain fork() gives a child without a heap, which crashes.
  *   allow_fork_of_all_mappings() undoes that before each run is cloned.
  * - Only the forking thread lives on in a child. The zygote runs with V8's
- *   --single-threaded, so V8 never hands work to the platform's worker
- *   threads, which a run does not have; libuv's loop is made anew in the
+ *   --single-threaded, so V8 hands no task to the platform's worker
+ *   threads, which a run does not have (its jobs would: below); libuv's loop is made anew in the
  *   run (uv_loop_fork) and its thread pool, started by a run's first use,
  *   is the run's own. Node's exit path joins the missing threads, so a run
  *   ends with exit() below (_exit), after the runner has flushed its
  *   output; zygote.js routes process.exit() there.
+ * A third, in forkplatform.cc: Node's platform still counts the zygote's
+ * worker threads, and V8 jobs would post work for them that nothing runs.
  * And two things make it safe: OpenSSL (crypto.randomBytes, randomUUID)
  * notices a fork by a change of pid, and a run's workload has the pid the
  * zygote has in its own sandbox (2); V8's generators (Math.random, where it
@@ -49,6 +51,9 @@
 #include <uv.h>
 
 #include "forkinit.h"
+
+/* forkplatform.cc: Node's platform counts no worker threads in a workload. */
+int nsbox_platform_without_workers(void);
 
 enum { MAX_REQUEST = 1 << 20, MAX_TEXT = 4096, MAX_ZYGOTE_PIPES = 64 };
 
@@ -398,6 +403,9 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
       return throw_workload_failure(env, "reseed", "OpenSSL random generators", EIO);
     if (reseed_v8() < 0)
       return throw_workload_failure(env, "reseed", "V8 random generators", errno);
+    errno = EINVAL;
+    if (nsbox_platform_without_workers() < 0)
+      return throw_workload_failure(env, "fork server", "Node's platform (its worker threads)", errno);
   }
   napi_create_int64(env, pid, &result);
   return result;

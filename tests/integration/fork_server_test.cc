@@ -441,6 +441,31 @@ TEST_F(ForkServer, AJavaScriptRunSeesWhatAStartedRunSees) {
   EXPECT_EQ(forked["denied_syscalls"], started["denied_syscalls"]);
 }
 
+// A forked workload has none of its zygote's platform worker threads, and
+// Node's platform must not count them: a full GC's weak-reference clearing
+// is a V8 job, which posted work for them that nothing ran, and Node waits
+// for all posted work when the event loop empties. Such a run then hit its
+// deadline where a started run reports that main never settled. The run
+// asks V8 for the full GC it would otherwise run when its heap says so.
+TEST_F(ForkServer, AJavaScriptRunWhoseLoopEmptiesAfterAFullGcEnds) {
+  const char* const kCode = R"(async function main(args) {
+  require('v8').setFlagsFromString('--expose-gc');
+  require('vm').runInNewContext('gc')();
+  await new Promise(() => {});
+})";
+  httplib::Headers auth{{"Authorization", std::string("Bearer ") + kForkedToken}};
+  for (int i = 0; i < 3; ++i) {  // warm, and forked at the request
+    SCOPED_TRACE(i);
+    auto r = post(node_.client(), "/v1/runs", request(kCode, nlohmann::ordered_json::object(), 10, "javascript"), auth);
+    ASSERT_TRUE(r);
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    EXPECT_NE(j["pool"], "cold");
+    EXPECT_EQ(j["error_type"], "exception") << r->body;
+    EXPECT_NE(j["error"].dump().find("never settled"), std::string::npos) << r->body;
+  }
+}
+
 // One run leaves everything it can behind; the next run from the same fork
 // server sees none of it, and draws other random numbers.
 TEST_F(ForkServer, NothingOfAJavaScriptRunReachesTheNext) {
