@@ -34,9 +34,18 @@ json run_as(const NodeProcess& node, const std::string& code, bool forked, const
   httplib::Headers auth;
   if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);
   auto r = post(node.client(), "/v1/runs", request(code, inputs, 0, language), auth);
-  if (!r) return json::object();
+  if (!r) return {{"no_response", httplib::to_string(r.error())}};
   json j = json::parse(r->body, nullptr, false);
-  return j.is_discarded() ? json::object() : j;
+  return j.is_discarded() ? json{{"http_status", r->status}, {"body", r->body}} : j;
+}
+
+// An answer as a failure message shows it: long strings (the contract's
+// 5 MiB cases) shortened to their length.
+std::string summary(json answer) {
+  for (auto& [key, value] : answer.items())
+    if (value.is_string() && value.get_ref<const std::string&>().size() > 2000)
+      value = "<" + std::to_string(value.get_ref<const std::string&>().size()) + " characters>";
+  return answer.dump();
 }
 
 // A node with two tenants of the default profile: "started" (warm sandboxes
@@ -610,12 +619,13 @@ TEST_F(ForkServer, EveryJavaScriptContractCaseAnswersAsInAStartedRun) {
     if (c["language"] != "javascript" || c.contains("raw_request") || c["expected"].contains("status")) continue;
     const ExecRequest req = contract_request(c);
     const nlohmann::ordered_json inputs = nlohmann::ordered_json::parse(req.inputs.dump());
+    SCOPED_TRACE(c["name"].get<std::string>());
     json started = run_as(node_, req.code, false, "javascript", inputs);
     json forked = run_as(node_, req.code, true, "javascript", inputs);
-    SCOPED_TRACE(c["name"].get<std::string>());
     EXPECT_NE(forked["pool"], "cold");
     for (const char* field : {"status", "error_type", "error", "return", "stdout", "stderr", "stdout_truncated"})
-      EXPECT_EQ(forked[field], started[field]) << field;
+      EXPECT_EQ(forked[field], started[field])
+          << field << "\nforked: " << summary(forked) << "\nstarted: " << summary(started);
     ++compared;
   }
   EXPECT_GE(compared, 50);
