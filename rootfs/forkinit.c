@@ -252,11 +252,8 @@ static void drop_privileges(const struct nsbox_run* run) {
  * not hold it. Its fd number stays taken (by /dev/null) until the workload
  * puts the result fd there: fork handlers that run in the workload (libuv's
  * make a pipe) would otherwise get it, and lose it to that dup2. */
-static void forget_control_socket(const struct nsbox_run* run) {
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0) fail(run, "open", "/dev/null", errno);
+static void forget_control_socket(const struct nsbox_run* run, int null) {
   if (dup3(null, run->control_fd, O_CLOEXEC) < 0) fail(run, "dup3", "control socket", errno);
-  close(null);
 }
 
 /* In the workload: waits until PID 1 has become nsbox-init and made itself
@@ -274,9 +271,7 @@ static void wait_for_nsbox_init(int gate) {
  * the run socket, the report fd and the workload's pid, and the zygote,
  * waiting since the clone, goes on. Nothing of the zygote's stays open
  * (stdio becomes /dev/null; nsbox-init closes the rest). */
-static void become_nsbox_init(const struct nsbox_run* run, pid_t workload) {
-  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null < 0) fail(run, "open", "/dev/null", errno);
+static void become_nsbox_init(const struct nsbox_run* run, int null, pid_t workload) {
   for (int fd = 0; fd < 3; ++fd)
     if (dup2(null, fd) < 0) fail(run, "dup2", "stdio of PID 1", errno);
   close(null);
@@ -317,7 +312,12 @@ static int run_init(void* arg) {
   /* What ps shows until the exec (the argv area is the zygote's). */
   prctl(PR_SET_NAME, "nsbox-init", 0, 0, 0);
   join_run_cgroup(run);
-  forget_control_socket(run);
+  /* One /dev/null for the control socket's fd number and, at the exec,
+   * PID 1's stdio: the zygote's, opened before the run's mounts (a
+   * character device, nothing to walk from; the workload closes it). */
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) fail(run, "open", "/dev/null", errno);
+  forget_control_socket(run, null);
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
@@ -346,6 +346,7 @@ static int run_init(void* arg) {
   if (workload != 0) start->in_fork = 0;
   if (workload < 0) fail(run, "fork", "workload", errno);
   if (workload == 0) {
+    close(null);
     close(run->fds[FD_REPORT]);
     close(gate[1]);
     wait_for_nsbox_init(gate[0]);
@@ -353,7 +354,7 @@ static int run_init(void* arg) {
   }
   close(gate[0]);
   if (fcntl(gate[1], F_SETFD, 0) < 0) fail(run, "fcntl", "PID 1 gate", errno);
-  become_nsbox_init(run, workload);
+  become_nsbox_init(run, null, workload);
   return SETUP_FAILED_EXIT;
 }
 
