@@ -18,8 +18,10 @@
  *   is the run's own. Node's exit path joins the missing threads, so a run
  *   ends with exit() below (_exit), after the runner has flushed its
  *   output; zygote.js routes process.exit() there.
- * A third, in forkplatform.cc: Node's platform still counts the zygote's
- * worker threads, and V8 jobs would post work for them that nothing runs.
+ * A third, in forkplatform.cc: Node's platform would count the zygote's
+ * worker threads, and V8 jobs would post work for them that nothing in a
+ * run does: the zygote counts none from its start (platformWithoutWorkers),
+ * and each workload checks it (a run fails otherwise).
  * And two things make it safe: OpenSSL (crypto.randomBytes, randomUUID)
  * notices a fork by a change of pid, and a run's workload has the pid the
  * zygote has in its own sandbox (2); V8's generators (Math.random, where it
@@ -52,8 +54,9 @@
 
 #include "forkinit.h"
 
-/* forkplatform.cc: Node's platform counts no worker threads in a workload. */
+/* forkplatform.cc: Node's platform counts no worker threads. */
 int nsbox_platform_without_workers(void);
+int nsbox_platform_counts_no_workers(void);
 
 enum { MAX_REQUEST = 1 << 20, MAX_TEXT = 4096, MAX_ZYGOTE_PIPES = 64 };
 
@@ -403,9 +406,8 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
       return throw_workload_failure(env, "reseed", "OpenSSL random generators", EIO);
     if (reseed_v8() < 0)
       return throw_workload_failure(env, "reseed", "V8 random generators", errno);
-    errno = EINVAL;
-    if (nsbox_platform_without_workers() < 0)
-      return throw_workload_failure(env, "fork server", "Node's platform (its worker threads)", errno);
+    if (!nsbox_platform_counts_no_workers())
+      return throw_workload_failure(env, "fork server", "Node's platform counts worker threads", EINVAL);
   }
   napi_create_int64(env, pid, &result);
   return result;
@@ -766,6 +768,16 @@ static napi_value make_pipe(napi_env env, napi_callback_info info) {
   return result;
 }
 
+/* platformWithoutWorkers(): called by zygote.js at its start; from then on
+ * V8 posts no work to the platform's worker threads (forkplatform.cc). */
+static napi_value platform_without_workers(napi_env env, napi_callback_info info) {
+  (void)info;
+  errno = EINVAL;
+  if (nsbox_platform_without_workers() < 0)
+    return throw_failure(env, "fork server", "Node's platform (its worker threads)", errno);
+  return NULL;
+}
+
 /* ignoreChildren(): in the zygote, its children (the runs' PID 1) are
  * reaped by the kernel: their runs are nsbox's to supervise. */
 static napi_value ignore_children(napi_env env, napi_callback_info info) {
@@ -788,6 +800,7 @@ napi_value napi_register_module_v1(napi_env env, napi_value exports) {
                    {"fillRandom", fill_random},
                    {"ignoreChildren", ignore_children},
                    {"pipe", make_pipe},
+                   {"platformWithoutWorkers", platform_without_workers},
                    {"recordZygoteFds", record_zygote_fds}};
   for (size_t i = 0; i < sizeof functions / sizeof functions[0]; ++i) {
     napi_value f;

@@ -41,6 +41,11 @@ v8.setFlagsFromString('--no-lazy');
 const fs = require('fs');
 const net = require('net');
 const forkinit = require('/opt/nsbox/forkinit.node');
+// V8 posts no work to the platform's worker threads from now on, which a
+// forked run does not have: Node would wait for that work for ever once a
+// run's loop emptied (forkplatform.cc). Done before the warm-up and the
+// modules below load.
+forkinit.platformWithoutWorkers();
 const runner = require('/opt/nsbox/runner.js');
 
 const CONTROL_FD = 3;
