@@ -992,8 +992,15 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     const int request_fds[kForkRequestFds] = {theirs.get(),         in_pipe.read.get(),  out_pipe.write.get(),
                                               err_pipe.write.get(), fd3_pipe.write.get(), errors.write.get(),
                                               reports.write.get()};
-    send_with_fds(fork_server, "F" + fork_request(spec, rlimits, program), request_fds, kForkRequestFds,
-                  "fork request to the fork server");
+    const std::string request = "F" + fork_request(spec, rlimits, program);
+    if (request.size() > kMaxForkRequestBytes)
+      throw SysError("fork server",
+                     "the run's settings (" + std::to_string(request.size()) +
+                         " bytes: the profile's env, tmpfs mounts, masks and seccomp program) exceed the " +
+                         std::to_string(kMaxForkRequestBytes >> 20) +
+                         " MiB a fork request carries; make them smaller or turn fork_server off",
+                     EMSGSIZE);
+    send_with_fds(fork_server, request, request_fds, kForkRequestFds, "fork request to the fork server");
     for (UniqueFd* fd : {&theirs, &in_pipe.read, &out_pipe.write, &err_pipe.write, &fd3_pipe.write, &errors.write,
                          &reports.write})
       fd->reset();

@@ -23,6 +23,10 @@ inline constexpr const char* kNodeForkServerScript = "/opt/nsbox/zygote.js";
 // stderr, the result pipe, the error pipe and the report pipe.
 inline constexpr int kForkRequestFds = 7;
 
+// The largest fork request (b"F" and its JSON) the fork servers read
+// (MAX_REQUEST in zygote.py and rootfs/forknode.c).
+inline constexpr size_t kMaxForkRequestBytes = 1 << 20;
+
 // Why spec's runs cannot come from a fork server, or "" when they can.
 std::string fork_server_refusal(const RunSpec& spec);
 

@@ -631,5 +631,62 @@ TEST_F(ForkServer, EveryJavaScriptContractCaseAnswersAsInAStartedRun) {
   EXPECT_GE(compared, 50);
 }
 
+// A fork_server profile's env travels in every fork request. One of 300 KB
+// (three values of 100 KB, each under the kernel's 128 KiB bound on one
+// env string) is larger than a Unix socket's default send buffer: every
+// forked run of the profile failed with "Message too long". Both languages'
+// forked runs now see it whole.
+std::string profile_with_env(const TempDir& dir, int values) {
+  std::string yaml = "name: bigenv\nextends: default\nfork_server: true\nenv:\n";
+  for (int i = 0; i < values; ++i) yaml += "  BIG" + std::to_string(i) + ": " + std::string(100000, 'a' + i) + "\n";
+  return dir.write("bigenv.yaml", yaml);
+}
+
+TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
+  TempDir dir;
+  NodeProcess node{"tenants:\n  - {name: big, profile: " + profile_with_env(dir, 3) +
+                   "}\ndefault_tenant: big\nlimits:\n  pool_size: 1\n"};
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::pair<const char*, const char*> programs[] = {
+      {"python", "import os\ndef main(args):\n    return [os.environ['BIG%d' % i].count(chr(97 + i)) for i in range(3)]\n"},
+      {"javascript",
+       "function main(args) {\n  return [0, 1, 2].map((i) => process.env['BIG' + i].split(String.fromCharCode(97 + i))"
+       ".length - 1);\n}\n"}};
+  for (const auto& [language, code] : programs) {
+    json r = run_as(node, code, false, language);
+    ASSERT_EQ(r["status"], "ok") << summary(r);
+    EXPECT_EQ(r["return"], json::array({100000, 100000, 100000})) << language;
+    EXPECT_NE(r["pool"], "cold") << language;
+  }
+}
+
+// A request the fork servers could not read whole fails the run with its
+// size and the bound named, and the node goes on serving. One profile file
+// is at most 1 MiB: the env comes from two, a parent (found on
+// NSBOX_PROFILE_PATH) and the tenant's, 600 KB each.
+TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
+  TempDir dir;
+  std::string parent = "name: bigparent\nextends: default\nenv:\n", child = "name: big\nextends: bigparent\n"
+                                                                           "fork_server: true\nenv:\n";
+  for (int i = 0; i < 6; ++i) {
+    parent += "  P" + std::to_string(i) + ": " + std::string(100000, 'p') + "\n";
+    child += "  C" + std::to_string(i) + ": " + std::string(100000, 'c') + "\n";
+  }
+  dir.write("bigparent.yaml", parent);
+  ::setenv("NSBOX_PROFILE_PATH", dir.path().c_str(), 1);
+  NodeProcess node{"tenants:\n  - {name: big, profile: " + dir.write("big.yaml", child) +
+                   "}\ndefault_tenant: big\nlimits:\n  pool_size: 1\n"};
+  ::unsetenv("NSBOX_PROFILE_PATH");
+  ASSERT_TRUE(node.ready()) << node.log();
+  json r = run_as(node, "def main(args):\n    return 1\n", false, "python");
+  EXPECT_EQ(r["status"], "error") << summary(r);
+  const std::string error = r.value("error", "");
+  EXPECT_NE(error.find("exceed the 1 MiB a fork request carries"), std::string::npos) << error;
+  EXPECT_NE(error.find("the run's settings (12"), std::string::npos) << error;
+  auto health = node.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 }  // namespace
 }  // namespace nsbox::testing
