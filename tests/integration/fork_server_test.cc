@@ -647,6 +647,7 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
   NodeProcess node{"tenants:\n  - {name: big, profile: " + profile_with_env(dir, 3) +
                    "}\ndefault_tenant: big\nlimits:\n  pool_size: 1\n"};
   ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // one per language: both fork servers up
   const std::pair<const char*, const char*> programs[] = {
       {"python", "import os\ndef main(args):\n    return [os.environ['BIG%d' % i].count(chr(97 + i)) for i in range(3)]\n"},
       {"javascript",
@@ -678,6 +679,11 @@ TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
                    "}\ndefault_tenant: big\nlimits:\n  pool_size: 1\n"};
   ::unsetenv("NSBOX_PROFILE_PATH");
   ASSERT_TRUE(node.ready()) << node.log();
+  // No warm sandbox of it can start: a run is forked at the request once
+  // the fork server is there (before, it would be started).
+  for (int i = 0; i < 3000 && fork_servers_of(node.pid()).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_FALSE(fork_servers_of(node.pid()).empty()) << node.log();
   json r = run_as(node, "def main(args):\n    return 1\n", false, "python");
   EXPECT_EQ(r["status"], "error") << summary(r);
   const std::string error = r.value("error", "");
