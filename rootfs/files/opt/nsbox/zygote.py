@@ -271,7 +271,7 @@ def serve():
             # ends with it: nsbox ends it once they are done.
             while True:
                 signal.pause()
-        if message[:1] != b"F" or len(fds) != FD_COUNT or flags & socket.MSG_CTRUNC:
+        if message[:1] != b"F" or len(fds) != FD_COUNT or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
             for fd in fds:
                 os.close(fd)
             sys.stderr.write("nsbox fork server: malformed request dropped\n")
