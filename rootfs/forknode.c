@@ -57,6 +57,7 @@
 /* forkplatform.cc: Node's platform counts no worker threads. */
 int nsbox_platform_without_workers(void);
 int nsbox_platform_counts_no_workers(void);
+long nsbox_code_on_huge_pages(void); /* hugetext.c */
 
 enum { MAX_REQUEST = 1 << 20, MAX_TEXT = 4096, MAX_ZYGOTE_PIPES = 64 };
 
@@ -778,6 +779,18 @@ static napi_value platform_without_workers(napi_env env, napi_callback_info info
   return NULL;
 }
 
+/* codeOnHugePages(): called by zygote.js at its start; the bytes of node's
+ * code now on transparent huge pages (hugetext.c), 0 when the kernel gave
+ * none. */
+static napi_value code_on_huge_pages(napi_env env, napi_callback_info info) {
+  (void)info;
+  long moved = nsbox_code_on_huge_pages();
+  if (moved < 0) return throw_failure(env, "fork server", "node's code on huge pages", errno);
+  napi_value result;
+  napi_create_int64(env, moved, &result);
+  return result;
+}
+
 /* ignoreChildren(): in the zygote, its children (the runs' PID 1) are
  * reaped by the kernel: their runs are nsbox's to supervise. */
 static napi_value ignore_children(napi_env env, napi_callback_info info) {
@@ -796,6 +809,7 @@ napi_value napi_register_module_v1(napi_env env, napi_value exports) {
   } functions[] = {{"receive", receive},
                    {"forkRun", fork_run},
                    {"becomeWorkload", become_workload},
+                   {"codeOnHugePages", code_on_huge_pages},
                    {"exit", exit_now},
                    {"fillRandom", fill_random},
                    {"ignoreChildren", ignore_children},

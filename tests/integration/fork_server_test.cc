@@ -8,6 +8,7 @@
 
 #include <linux/kcmp.h>
 
+#include <cctype>
 #include <cstring>
 
 #include <filesystem>
@@ -247,6 +248,52 @@ TEST_F(ForkServer, Pid1HoldsNothingOfTheForkServer) {
     EXPECT_GE(faults, 0);
     EXPECT_LT(faults, 100) << "PID 1 of a forked run touched the fork server's memory";
   }
+}
+
+// kB of the smaps field `field` summed over pid's mappings that `keep`
+// selects (given the mapping's header line).
+template <typename Keep>
+long smaps_kb(pid_t pid, const std::string& field, Keep keep) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/smaps"));
+  long total = 0;
+  bool kept = false;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find(' ') < line.find(':'))
+      kept = keep(line);
+    else if (kept && line.rfind(field + ":", 0) == 0)
+      total += std::stol(line.substr(field.size() + 1));
+  }
+  return total;
+}
+
+// Node's fork server moves node's code onto transparent huge pages
+// (rootfs/hugetext.c): a forked run inherits it mapped through a few
+// entries instead of faulting in its 4 KiB pages of the node binary again.
+// Without the move, a warm workload has about 13 MiB of the binary's code
+// faulted in and no huge page.
+TEST_F(ForkServer, NodesCodeIsOnHugePagesInEveryForkedRun) {
+  const std::string thp = slurp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (thp.find("[always]") == std::string::npos && thp.find("[madvise]") == std::string::npos)
+    GTEST_SKIP() << "this kernel gives no transparent huge pages: " << thp;
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid(), kNodeForkServerScript);
+  ASSERT_EQ(zygotes.size(), 1u);
+  const std::vector<pid_t> inits = children_of(zygotes[0]);
+  ASSERT_EQ(inits.size(), 1u);
+  const std::vector<pid_t> workload = children_of(inits[0]);
+  ASSERT_EQ(workload.size(), 1u);
+  const auto everything = [](const std::string&) { return true; };
+  const auto nodes_code = [](const std::string& header) {
+    return header.find(" r-xp ") != std::string::npos && header.size() > 5 &&
+           header.compare(header.size() - 5, 5, "/node") == 0;
+  };
+  for (const pid_t pid : {zygotes[0], workload[0]}) {
+    SCOPED_TRACE("pid " + std::to_string(pid) + " " + slurp("/proc/" + std::to_string(pid) + "/cmdline"));
+    EXPECT_GE(smaps_kb(pid, "AnonHugePages", everything), 16 * 1024) << "kB on huge pages";
+    EXPECT_LT(smaps_kb(pid, "Rss", nodes_code), 4 * 1024) << "kB of the node binary's code mapped from the file";
+  }
+  // And the run works from it.
+  const json r = run_as(node_, "function main() { return 6 * 7; }", true, "javascript");
+  EXPECT_EQ(r["return"], 42) << summary(r);
 }
 
 // The cgroup paths of pid as the host sees them: one per v1 hierarchy nsbox
