@@ -83,8 +83,7 @@ union message_control {
 };
 
 /* A one-byte message at *byte, with room for fds in *control (zeroed). */
-static struct msghdr one_byte_message(char* byte, struct iovec* iov, union message_control* control,
-                                      size_t fd_count) {
+static struct msghdr one_byte_message(char* byte, struct iovec* iov, union message_control* control, size_t fd_count) {
   memset(control, 0, sizeof *control);
   iov->iov_base = byte;
   iov->iov_len = 1;
@@ -392,8 +391,8 @@ long nsbox_fork_run(const struct nsbox_run* run) {
   int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   struct pid1_start start = {.run = run};
   if (__builtin_setjmp(start.zygote_frame)) return 0;  // the workload
-  long pid = clone(run_init, stack + PID1_STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD,
-                   &start);
+  long pid =
+      clone(run_init, stack + PID1_STACK_SIZE, CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, &start);
   int err = errno;
   if (start.in_fork) {
     /* PID 1 was killed inside fork(): locks of this process's memory may

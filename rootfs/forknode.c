@@ -95,8 +95,7 @@ static napi_value throw_failure(napi_env env, const char* step, const char* obje
 
 /* Throws failure(...) marked .workload: it happened in a run's workload,
  * after the fork, not in the zygote. */
-static napi_value throw_workload_failure(napi_env env, const char* step, const char* object,
-                                         int err) {
+static napi_value throw_workload_failure(napi_env env, const char* step, const char* object, int err) {
   napi_value error = failure(env, step, object, err), yes;
   napi_get_boolean(env, true, &yes);
   napi_set_named_property(env, error, "workload", yes);
@@ -165,10 +164,8 @@ static napi_value receive(napi_env env, napi_callback_info info) {
     struct cmsghdr align;
   } control;
   struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
-  struct msghdr msg = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = control.bytes,
-                       .msg_controllen = sizeof control.bytes};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
   ssize_t n;
   do n = recvmsg((int)fd, &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
@@ -234,11 +231,9 @@ static void allow_fork_of_all_mappings(void) {
 static int reseed_openssl(void) {
   unsigned char fresh[32];
   if (getrandom(fresh, sizeof fresh, 0) != (ssize_t)sizeof fresh) return -1;
-  EVP_RAND_CTX* generators[3] = {RAND_get0_primary(NULL), RAND_get0_public(NULL),
-                                 RAND_get0_private(NULL)};
+  EVP_RAND_CTX* generators[3] = {RAND_get0_primary(NULL), RAND_get0_public(NULL), RAND_get0_private(NULL)};
   for (int i = 0; i < 3; ++i)
-    if (!generators[i] || EVP_RAND_reseed(generators[i], 1, NULL, 0, fresh, sizeof fresh) != 1)
-      return -1;
+    if (!generators[i] || EVP_RAND_reseed(generators[i], 1, NULL, 0, fresh, sizeof fresh) != 1) return -1;
   return 0;
 }
 
@@ -292,8 +287,7 @@ static void free_plan(struct plan_memory* m) {
 static int read_mount(napi_env env, napi_value entry, struct nsbox_mount* m) {
   napi_value v;
   /* Each string goes into *m as soon as it is read: free_plan frees it. */
-  char** strings[4] = {(char**)&m->source, (char**)&m->target, (char**)&m->fstype,
-                       (char**)&m->data};
+  char** strings[4] = {(char**)&m->source, (char**)&m->target, (char**)&m->fstype, (char**)&m->data};
   static const uint32_t string_at[4] = {0, 1, 2, 4};
   for (int i = 0; i < 4; ++i)
     if (!get_element(env, entry, string_at[i], &v) || !get_string(env, v, strings[i])) return 0;
@@ -326,8 +320,7 @@ static int read_plan(napi_env env, napi_value plan, struct nsbox_run* run, struc
   napi_value v, entry;
   uint32_t count;
   int64_t n;
-  if (napi_get_named_property(env, plan, "fds", &v) != napi_ok || !get_length(env, v, &count))
-    return 0;
+  if (napi_get_named_property(env, plan, "fds", &v) != napi_ok || !get_length(env, v, &count)) return 0;
   if (count != FD_COUNT) {
     napi_throw_type_error(env, NULL, "forkinit.node: a run plan needs 7 fds");
     return 0;
@@ -342,8 +335,7 @@ static int read_plan(napi_env env, napi_value plan, struct nsbox_run* run, struc
   run->uid = (unsigned)n;
   if (!get_int(env, plan, "gid", &n)) return 0;
   run->gid = (unsigned)n;
-  if (napi_get_named_property(env, plan, "mounts", &v) != napi_ok || !get_length(env, v, &count))
-    return 0;
+  if (napi_get_named_property(env, plan, "mounts", &v) != napi_ok || !get_length(env, v, &count)) return 0;
   m->mounts = calloc(count ? count : 1, sizeof *m->mounts);
   if (!m->mounts) return 0;
   for (uint32_t i = 0; i < count; ++i) {
@@ -352,21 +344,17 @@ static int read_plan(napi_env env, napi_value plan, struct nsbox_run* run, struc
   }
   run->mounts = m->mounts;
   run->mount_count = (int)count;
-  if (napi_get_named_property(env, plan, "rlimits", &v) != napi_ok || !get_length(env, v, &count))
-    return 0;
+  if (napi_get_named_property(env, plan, "rlimits", &v) != napi_ok || !get_length(env, v, &count)) return 0;
   m->rlimits = calloc(count ? count : 1, sizeof *m->rlimits);
   if (!m->rlimits) return 0;
   for (uint32_t i = 0; i < count; ++i)
     if (!get_element(env, v, i, &entry) || !read_rlimit(env, entry, &m->rlimits[i])) return 0;
   run->rlimits = m->rlimits;
   run->rlimit_count = (int)count;
-  if (napi_get_named_property(env, plan, "workspaceOut", &v) != napi_ok ||
-      !get_string(env, v, &m->workspace_out))
+  if (napi_get_named_property(env, plan, "workspaceOut", &v) != napi_ok || !get_string(env, v, &m->workspace_out))
     return 0;
   run->workspace_out = m->workspace_out;
-  if (napi_get_named_property(env, plan, "hostname", &v) != napi_ok ||
-      !get_string(env, v, &m->hostname))
-    return 0;
+  if (napi_get_named_property(env, plan, "hostname", &v) != napi_ok || !get_string(env, v, &m->hostname)) return 0;
   if (!m->hostname) {
     napi_throw_type_error(env, NULL, "forkinit.node: a run plan needs a hostname");
     return 0;
@@ -403,10 +391,8 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
   if (pid == 0) {
     int err = uv_loop_fork(loop);
     if (err < 0) return throw_workload_failure(env, "uv_loop_fork", "workload", -err);
-    if (reseed_openssl() < 0)
-      return throw_workload_failure(env, "reseed", "OpenSSL random generators", EIO);
-    if (reseed_v8() < 0)
-      return throw_workload_failure(env, "reseed", "V8 random generators", errno);
+    if (reseed_openssl() < 0) return throw_workload_failure(env, "reseed", "OpenSSL random generators", EIO);
+    if (reseed_v8() < 0) return throw_workload_failure(env, "reseed", "V8 random generators", errno);
     if (!nsbox_platform_counts_no_workers())
       return throw_workload_failure(env, "fork server", "Node's platform counts worker threads", EINVAL);
   }
@@ -421,10 +407,8 @@ static int send_fd(int sock, char tag, int fd) {
   } control;
   memset(&control, 0, sizeof control);
   struct iovec iov = {.iov_base = &tag, .iov_len = 1};
-  struct msghdr msg = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = control.bytes,
-                       .msg_controllen = sizeof control.bytes};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes};
   struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -442,21 +426,17 @@ static int send_fd(int sock, char tag, int fd) {
 static int load_seccomp(napi_env env, napi_value program, bool notify, int run_socket) {
   void* data = NULL;
   size_t len = 0;
-  if (napi_get_buffer_info(env, program, &data, &len) != napi_ok || len == 0 ||
-      len % sizeof(struct sock_filter) || len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
-    napi_throw_type_error(
-        env, NULL,
-        "forkinit.node: the seccomp program must be a Buffer of 1 to 4096 BPF instructions");
+  if (napi_get_buffer_info(env, program, &data, &len) != napi_ok || len == 0 || len % sizeof(struct sock_filter) ||
+      len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+    napi_throw_type_error(env, NULL,
+                          "forkinit.node: the seccomp program must be a Buffer of 1 to 4096 BPF instructions");
     return 0;
   }
-  struct sock_fprog prog = {.len = (unsigned short)(len / sizeof(struct sock_filter)),
-                            .filter = data};
-  long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
-                    notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+  struct sock_fprog prog = {.len = (unsigned short)(len / sizeof(struct sock_filter)), .filter = data};
+  long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
   if (fd < 0) return throw_failure(env, "seccomp", "load filter", errno), 0;
   if (!notify) return 1;
-  if (send_fd(run_socket, 'L', (int)fd) < 0)
-    return throw_failure(env, "sendmsg", "seccomp listener", errno), 0;
+  if (send_fd(run_socket, 'L', (int)fd) < 0) return throw_failure(env, "sendmsg", "seccomp listener", errno), 0;
   close((int)fd);
   return 1;
 }
@@ -530,9 +510,8 @@ struct shared_fds {
 
 static int is_own_fd(const struct shared_fds* found, int fd) {
   const uv_loop_t* loop = found->loop;
-  return fd == found->own[0] || fd == found->own[1] || fd == uv_backend_fd(loop) ||
-         fd == loop->async_io_watcher.fd || fd == loop->async_wfd || fd == loop->signal_pipefd[0] ||
-         fd == loop->signal_pipefd[1];
+  return fd == found->own[0] || fd == found->own[1] || fd == uv_backend_fd(loop) || fd == loop->async_io_watcher.fd ||
+         fd == loop->async_wfd || fd == loop->signal_pipefd[0] || fd == loop->signal_pipefd[1];
 }
 
 static int is_zygote_pipe(int fd, ino_t* ino) {
@@ -591,8 +570,7 @@ static int replace_pipe(struct shared_fds* found, int i) {
     struct shared_fd* end = &found->fd[j];
     if (end->fd < 0 || end->kind != SHARED_PIPE || end->pipe != found->fd[i].pipe) continue;
     int mode = fcntl(end->fd, F_GETFL);
-    result =
-        mode < 0 ? -1 : put_in_place(dup(ends[(mode & O_ACCMODE) == O_RDONLY ? 0 : 1]), end->fd);
+    result = mode < 0 ? -1 : put_in_place(dup(ends[(mode & O_ACCMODE) == O_RDONLY ? 0 : 1]), end->fd);
     if (j != i) end->fd = -1;
   }
   int err = errno;
@@ -629,13 +607,11 @@ static int replace_one(struct shared_fds* found, int i) {
  * own loop (new since uv_loop_fork), pipes made since the fork, and own_fds.
  * Any other fd fails the run (fail closed): it would be shared. */
 static napi_value replace_shared_fds(napi_env env, const uv_loop_t* loop, const int own_fds[2]) {
-  struct shared_fds found = {
-      .loop = loop, .own = {own_fds[0], own_fds[1]}, .count = 0, .refused = -1};
+  struct shared_fds found = {.loop = loop, .own = {own_fds[0], own_fds[1]}, .count = 0, .refused = -1};
   if (for_each_fd(find_shared_fd, &found) < 0) {
     if (found.refused < 0) return throw_failure(env, "list", "/proc/self/fd", errno);
     char what[192];
-    snprintf(what, sizeof what, "fd %d (%s) shared with the fork server", found.refused,
-             found.refused_type);
+    snprintf(what, sizeof what, "fd %d (%s) shared with the fork server", found.refused, found.refused_type);
     return throw_failure(env, "replace", what, EBADFD);
   }
   for (int i = 0; i < found.count; ++i)

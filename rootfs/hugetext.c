@@ -45,11 +45,9 @@ static int find_program_code(uintptr_t* start, uintptr_t* end) {
     unsigned long from, to;
     char perms[5];
     int path_at = 0;
-    if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &from, &to, perms, &path_at) < 3 || path_at == 0)
-      continue;
+    if (sscanf(line, "%lx-%lx %4s %*s %*s %*s %n", &from, &to, perms, &path_at) < 3 || path_at == 0) continue;
     line[strcspn(line, "\n")] = '\0';
-    if (strcmp(perms, "r-xp") == 0 && strcmp(line + path_at, exe) == 0 &&
-        (!found || to - from > *end - *start)) {
+    if (strcmp(perms, "r-xp") == 0 && strcmp(line + path_at, exe) == 0 && (!found || to - from > *end - *start)) {
       *start = from;
       *end = to;
       found = 1;
@@ -81,8 +79,7 @@ static long huge_bytes_at(uintptr_t at) {
 
 /* A 2 MiB-aligned anonymous mapping of `size` bytes, or MAP_FAILED. */
 static void* map_aligned(size_t size) {
-  char* area =
-      mmap(NULL, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char* area = mmap(NULL, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) return MAP_FAILED;
   char* aligned = (char*)round_up((uintptr_t)area);
   if (aligned > area) munmap(area, (size_t)(aligned - area));

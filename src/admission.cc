@@ -2,8 +2,7 @@
 
 namespace nsbox {
 
-Admission::Admission(uint32_t max_running, uint32_t max_queued)
-    : max_running_(max_running), max_queued_(max_queued) {}
+Admission::Admission(uint32_t max_running, uint32_t max_queued) : max_running_(max_running), max_queued_(max_queued) {}
 
 Admission::Verdict Admission::acquire() {
   std::unique_lock<std::mutex> lock(mutex_);

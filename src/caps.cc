@@ -30,8 +30,8 @@ int CapabilityDrop::drop_bounding_and_lock(const char** step) const noexcept {
   }
   // No fixups when uids change, no root magic on execve, no ambient raise, all locked.
   const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                             SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+                             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                             SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
   if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) {
     *step = "lock securebits";
     return errno;

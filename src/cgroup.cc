@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 #include <cerrno>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "cgroup_internal.h"
 #include "nsbox/error.h"
@@ -244,8 +244,8 @@ std::set<std::string> controllers_for(const CgroupLimits& limits) {
 namespace {
 
 size_t count_present(const std::set<std::string>& needed, const std::set<std::string>& have) {
-  return static_cast<size_t>(std::count_if(needed.begin(), needed.end(),
-                                           [&](const std::string& c) { return have.count(c); }));
+  return static_cast<size_t>(
+      std::count_if(needed.begin(), needed.end(), [&](const std::string& c) { return have.count(c); }));
 }
 
 std::set<std::string> v1_controllers(const CgroupHost& host) {
@@ -267,9 +267,9 @@ std::string CgroupHost::choose(const std::set<std::string>& needed) const {
 
 std::set<std::string> CgroupHost::missing(const std::set<std::string>& needed) const {
   const std::string version = choose(needed);
-  const std::set<std::string> have = version == "v2" ? v2_controllers
-                                   : version == "v1" ? v1_controllers(*this)
-                                                     : std::set<std::string>{};
+  const std::set<std::string> have = version == "v2"   ? v2_controllers
+                                     : version == "v1" ? v1_controllers(*this)
+                                                       : std::set<std::string>{};
   std::set<std::string> out;
   for (const auto& c : needed)
     if (!have.count(c)) out.insert(c);
@@ -291,15 +291,12 @@ std::string next_run_cgroup_name() {
 }
 
 std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,
-                                             const CgroupLimits& limits,
-                                             const std::string& run_name) {
+                                             const CgroupLimits& limits, const std::string& run_name) {
   if (version == "v2") return create_v2_run_cgroup(host, limits, run_name);
   if (version == "v1") return create_v1_run_cgroup(host, limits, run_name);
   throw SysError("cgroup", "no usable cgroup hierarchy", ENOENT);
 }
 
-int remove_stale_run_cgroups(const CgroupHost& host) {
-  return remove_stale_v2(host) + remove_stale_v1(host);
-}
+int remove_stale_run_cgroups(const CgroupHost& host) { return remove_stale_v2(host) + remove_stale_v1(host); }
 
 }  // namespace nsbox

@@ -124,8 +124,7 @@ class V1RunCgroup : public RunCgroup {
 
   void add_dir(const std::string& controller, const std::string& dir) {
     dirs_[controller] = dir;
-    if (std::find(unique_dirs_.begin(), unique_dirs_.end(), dir) == unique_dirs_.end())
-      unique_dirs_.push_back(dir);
+    if (std::find(unique_dirs_.begin(), unique_dirs_.end(), dir) == unique_dirs_.end()) unique_dirs_.push_back(dir);
   }
   std::string dir_of(const std::string& controller) const {
     auto it = dirs_.find(controller);
@@ -162,8 +161,7 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     const std::string d = cg->dir_of("cpu");
     const long period = 100000;
     write_text(d + "/cpu.cfs_period_us", std::to_string(period));
-    write_text(d + "/cpu.cfs_quota_us",
-               std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
+    write_text(d + "/cpu.cfs_quota_us", std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
   }
   if (limits.pids) write_text(cg->dir_of("pids") + "/pids.max", std::to_string(limits.pids));
   return cg;
@@ -176,8 +174,7 @@ int remove_stale_v1(const CgroupHost& host) {
   for (const auto& [controller, self_dir] : host.v1_self_dirs) {
     const std::string parent = self_dir + "/" + kParentName;
     for (const auto& name : list_subdirs(parent)) {
-      if (name.rfind("run-", 0) == 0 && !run_owner_alive(name))
-        stale[name][controller] = parent + "/" + name;
+      if (name.rfind("run-", 0) == 0 && !run_owner_alive(name)) stale[name][controller] = parent + "/" + name;
     }
   }
   for (const auto& [name, dirs] : stale) {

@@ -38,8 +38,10 @@ void enable_controllers(const std::string& dir, const std::string& controllers) 
     write_text(control, controllers);
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
-    throw SysError("enable " + controllers + " in", control + " (other processes share nsbox's cgroup; "
-                   "start nsbox in a cgroup of its own, e.g. a systemd unit with Delegate=yes)",
+    throw SysError("enable " + controllers + " in",
+                   control +
+                       " (other processes share nsbox's cgroup; "
+                       "start nsbox in a cgroup of its own, e.g. a systemd unit with Delegate=yes)",
                    EBUSY);
   }
 }

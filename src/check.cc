@@ -4,8 +4,8 @@
 
 namespace nsbox {
 
-int run_check(const std::vector<std::string>& files, bool from_openjiuwen,
-              const ProfileSearch& search, std::ostream& out, std::ostream& err) {
+int run_check(const std::vector<std::string>& files, bool from_openjiuwen, const ProfileSearch& search,
+              std::ostream& out, std::ostream& err) {
   if (files.empty()) {
     err << "nsbox check: no profile given\n";
     return 1;
@@ -13,8 +13,7 @@ int run_check(const std::vector<std::string>& files, bool from_openjiuwen,
   int status = 0;
   for (const auto& file : files) {
     try {
-      Profile p =
-          from_openjiuwen ? load_openjiuwen_config(file, search) : load_profile(file, search);
+      Profile p = from_openjiuwen ? load_openjiuwen_config(file, search) : load_profile(file, search);
       out << "---\n" << to_yaml(p);
     } catch (const ProfileError& e) {
       err << e.what() << "\n";

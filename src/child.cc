@@ -124,8 +124,7 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   if (c.result_fd >= 0 && (result_tmp = ::fcntl(c.result_fd, F_DUPFD_CLOEXEC, 64)) < 0)
     fail(c, "dup", "result fd", errno);
   // Everything but stdio closes at execve; error_fd stays open until then.
-  if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-    fail(c, "close_range", "inherited fds", errno);
+  if (::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) fail(c, "close_range", "inherited fds", errno);
   if (result_tmp >= 0 && ::dup2(result_tmp, 3) < 0) fail(c, "dup2", "result fd 3", errno);
   const char* name = nullptr;
   if (int err = apply_rlimits(c.rlimits, c.rlimit_count, &name)) fail(c, "setrlimit", name, err);
@@ -285,8 +284,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   pollfd sync_poll{c.sync_fd, POLLIN, 0};
   if (::poll(&sync_poll, 1, 0) > 0 && (sync_poll.revents & (POLLHUP | POLLERR))) ::_exit(kSetupFailedExit);
-  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count))
-    fail(c, "close_range", "inherited fds", err);
+  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count)) fail(c, "close_range", "inherited fds", err);
   hide_supervisor_cmdline(c);
 
   const char* object = nullptr;

@@ -16,10 +16,10 @@
 
 #include "nsbox/check.h"
 #include "nsbox/doctor.h"
+#include "nsbox/error.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
 #include "nsbox/runtime.h"
-#include "nsbox/error.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/unique_fd.h"
 #include "nsbox/units.h"
@@ -33,10 +33,10 @@ constexpr int kUsageExit = 2;
 // tighten, plus the operator's own choices (rootfs, best-effort).
 struct SandboxOptions {
   std::string profile = "default";
-  std::string rootfs;          // overrides the profile's
-  double timeout_sec = 0;      // 0: the profile's wall_time
-  std::string memory;          // a size, e.g. 256MiB
-  std::string cpu_time;        // a duration, e.g. 10s
+  std::string rootfs;      // overrides the profile's
+  double timeout_sec = 0;  // 0: the profile's wall_time
+  std::string memory;      // a size, e.g. 256MiB
+  std::string cpu_time;    // a duration, e.g. 10s
   uint64_t pids = 0;
   double cpus = 0;
   bool best_effort = false;
@@ -44,7 +44,7 @@ struct SandboxOptions {
   std::string cwd = "/tmp";
   std::vector<std::string> inputs;  // FILE[:NAME] copied into the workspace
   std::string artifacts_dir;
-  std::string cgroup_parent;        // cgroup v2 directory for run cgroups
+  std::string cgroup_parent;  // cgroup v2 directory for run cgroups
 };
 
 struct RunOptions {
@@ -84,11 +84,9 @@ void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
   cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's");
   cmd->add_flag("--best-effort", o.best_effort,
                 "Run even where the host cannot enforce a limit (rlimits stand in; warnings say what is lost)");
-  cmd->add_option("--env", o.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")
-      ->allow_extra_args(false);
+  cmd->add_option("--env", o.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")->allow_extra_args(false);
   cmd->add_option("--cwd", o.cwd, "Working directory inside the sandbox")->capture_default_str();
-  cmd->add_option("--input", o.inputs, "Copy FILE[:NAME] into the workspace (repeatable)")
-      ->allow_extra_args(false);
+  cmd->add_option("--input", o.inputs, "Copy FILE[:NAME] into the workspace (repeatable)")->allow_extra_args(false);
   cmd->add_option("--artifacts", o.artifacts_dir, "Copy the files the run leaves in <workspace>/out here");
   cmd->add_option("--cgroup-parent", o.cgroup_parent,
                   "cgroup v2 directory to create run cgroups in (default: nsbox's own cgroup), "
@@ -138,8 +136,8 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
   RunOverrides overrides;
   if (opt.timeout_sec > 0) {
     if (!std::isfinite(opt.timeout_sec)) throw UsageError("--timeout must be a number of seconds");
-    overrides.wall_time = std::chrono::milliseconds(
-        std::max<int64_t>(1, static_cast<int64_t>(std::llround(opt.timeout_sec * 1000))));
+    overrides.wall_time =
+        std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(opt.timeout_sec * 1000))));
   }
   if (!opt.memory.empty()) overrides.memory = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
   if (!opt.cpu_time.empty())
@@ -169,22 +167,22 @@ int run_command(const RunOptions& opt) {
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
-    std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-              << std::endl;
+    std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     return result.exit_code;
   }
   for (const auto& w : result.warnings) std::cerr << "nsbox: warning: " << w << std::endl;
   if (result.status == RunStatus::kSetupError) {
     std::cerr << "nsbox: " << result.error << std::endl;
   } else if (result.status == RunStatus::kTimeout) {
-    const bool cpu = std::find(result.limits_hit.begin(), result.limits_hit.end(), "cpu_time") !=
-                     result.limits_hit.end();
-    std::cerr << "nsbox: " << (cpu ? "CPU time limit of " + format_duration(spec.limits.cpu_time)
-                                   : "time limit of " + format_duration(spec.limits.wall_time))
+    const bool cpu =
+        std::find(result.limits_hit.begin(), result.limits_hit.end(), "cpu_time") != result.limits_hit.end();
+    std::cerr << "nsbox: "
+              << (cpu ? "CPU time limit of " + format_duration(spec.limits.cpu_time)
+                      : "time limit of " + format_duration(spec.limits.wall_time))
               << " reached; sandbox killed" << std::endl;
   } else if (result.status == RunStatus::kOom) {
-    std::cerr << "nsbox: memory limit of " << format_size(spec.limits.cgroup.memory_bytes)
-              << " reached; sandbox killed" << std::endl;
+    std::cerr << "nsbox: memory limit of " << format_size(spec.limits.cgroup.memory_bytes) << " reached; sandbox killed"
+              << std::endl;
   }
   return result.exit_code;
 }
@@ -205,11 +203,11 @@ std::string read_input_file(const std::string& flag, const std::string& path) {
 int exec_command(const ExecOptions& opt) {
   ExecRequest request;
   auto language = parse_language(opt.language);
-  if (!language)
-    throw UsageError("--lang: unsupported language '" + opt.language + "' (python, javascript, node, js)");
+  if (!language) throw UsageError("--lang: unsupported language '" + opt.language + "' (python, javascript, node, js)");
   request.language = *language;
   request.code = read_input_file("--code", opt.code_file);
-  const std::string inputs_text = opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
+  const std::string inputs_text =
+      opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
   request.inputs = nlohmann::ordered_json::parse(inputs_text, nullptr, false);
   if (request.inputs.is_discarded()) throw UsageError("--inputs: not valid JSON");
   if (!request.inputs.is_object()) throw UsageError("--inputs: must be a JSON object");
@@ -217,8 +215,7 @@ int exec_command(const ExecOptions& opt) {
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   ExecOutcome outcome = run_exec(launcher, spec, request, cancel.get());
-  std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-            << std::endl;
+  std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
   return outcome.run.status == RunStatus::kSetupError ? 125 : 0;
 }
 
@@ -235,8 +232,8 @@ int exec_command(const ExecOptions& opt) {
     ::execv(path.c_str(), args.data());
     if (errno != ENOENT) err = errno;
   }
-  std::cerr << "nsbox: serve: cannot start nsbox-serve (looked in " << candidates[0] << " and "
-            << candidates[1] << "): " << std::strerror(err) << std::endl;
+  std::cerr << "nsbox: serve: cannot start nsbox-serve (looked in " << candidates[0] << " and " << candidates[1]
+            << "): " << std::strerror(err) << std::endl;
   std::exit(126);
 }
 
@@ -295,8 +292,8 @@ int cli_main(int argc, char** argv) {
     }
     if (*exec) return exec_command(exec_opt);
     if (*check)
-      return run_check(check_files, !check_from.empty(), default_profile_search(executable_dir()),
-                       std::cout, std::cerr);
+      return run_check(check_files, !check_from.empty(), default_profile_search(executable_dir()), std::cout,
+                       std::cerr);
     if (*doctor) return run_doctor(doctor_rootfs, std::cout);
   } catch (const UsageError& e) {
     std::cerr << "nsbox: " << e.what() << std::endl;

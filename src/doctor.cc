@@ -13,8 +13,8 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <set>
+#include <sstream>
 #include <vector>
 
 #include "nsbox/cgroup.h"
@@ -47,8 +47,8 @@ int probe_unshare(int flags) {
 
 // Every namespace a fork server creates for a run (its PID 1 is cloned into
 // the user and pid ones and unshares the rest; one unshare probes them all).
-constexpr int kForkedRunNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                                     CLONE_NEWUTS | CLONE_NEWCGROUP;
+constexpr int kForkedRunNamespaces =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
 // The same as probe_unshare, as the sandbox's unprivileged host user (when
 // this process can become it) and without any capability.
@@ -97,8 +97,8 @@ void check_namespaces(Report& r) {
     r.line(unpriv == "1" || ::geteuid() == 0, ::geteuid() != 0, "unprivileged user namespaces",
            "kernel.unprivileged_userns_clone=" + unpriv);
   const std::pair<int, const char*> kinds[] = {
-      {CLONE_NEWNS, "mount"}, {CLONE_NEWPID, "pid"},   {CLONE_NEWNET, "net"},
-      {CLONE_NEWIPC, "ipc"},  {CLONE_NEWUTS, "uts"},   {CLONE_NEWCGROUP, "cgroup"},
+      {CLONE_NEWNS, "mount"}, {CLONE_NEWPID, "pid"}, {CLONE_NEWNET, "net"},
+      {CLONE_NEWIPC, "ipc"},  {CLONE_NEWUTS, "uts"}, {CLONE_NEWCGROUP, "cgroup"},
   };
   int err = probe_unshare(CLONE_NEWUSER);
   r.line(err == 0, true, "user namespace", err ? std::strerror(err) : "created");
@@ -107,8 +107,7 @@ void check_namespaces(Report& r) {
     r.line(err == 0, true, std::string(name) + " namespace", err ? std::strerror(err) : "created");
   }
   HostIds ids = choose_host_ids();
-  r.line(ids.uid != 0, true, "sandbox user 65534 maps to host uid " + std::to_string(ids.uid),
-         ids.source);
+  r.line(ids.uid != 0, true, "sandbox user 65534 maps to host uid " + std::to_string(ids.uid), ids.source);
   // The fork server (profile key fork_server) has each run's child create
   // its namespaces without any privilege, in a user namespace of its own:
   // a host that allows user namespaces only to root refuses that.
@@ -127,8 +126,8 @@ void check_cgroups(Report& r) {
     r.out << "  info  cgroup v2 is not mounted\n";
   }
   for (const auto& [controller, dir] : host.v1_self_dirs) {
-    if (controller == "memory" || controller == "cpu" || controller == "cpuacct" ||
-        controller == "pids" || controller == "freezer")
+    if (controller == "memory" || controller == "cpu" || controller == "cpuacct" || controller == "pids" ||
+        controller == "freezer")
       r.line(true, false, "cgroup v1 " + controller, dir);
   }
   const std::set<std::string> all = {"memory", "cpu", "pids"};
@@ -180,8 +179,7 @@ void check_rootfs(Report& r, const std::string& rootfs) {
     } else {
       auto str = [&](const char* key) { return m.contains(key) ? m[key].dump() : "?"; };
       r.line(true, false, "manifest",
-             "built_at " + str("built_at") + ", recipe " + str("recipe_hash") + ", content " +
-                 str("content_hash"));
+             "built_at " + str("built_at") + ", recipe " + str("recipe_hash") + ", content " + str("content_hash"));
     }
   }
   // The real thing: build a sandbox and run /bin/true in it.

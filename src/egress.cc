@@ -5,8 +5,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <resolv.h>
 #include <poll.h>
+#include <resolv.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -121,8 +121,7 @@ struct Lookup {
 // Resolves host with the host's resolver. The lookup runs on a thread of its
 // own that the session may abandon (at its deadline or at stop); its slot
 // among kMaxLookups is freed only when the lookup itself ends.
-std::vector<IpAddress> resolve(const std::shared_ptr<Shared>& shared, const std::string& host,
-                               std::string& error) {
+std::vector<IpAddress> resolve(const std::shared_ptr<Shared>& shared, const std::string& host, std::string& error) {
   Shared& s = *shared;
   {
     std::lock_guard lock(s.mu);
@@ -175,14 +174,15 @@ std::vector<IpAddress> resolve(const std::shared_ptr<Shared>& shared, const std:
     }
     lookup->done_cv.wait_for(lock, std::chrono::milliseconds(50));
   }
-  if (lookup->status != 0) error = "cannot resolve " + host + ": " + ::gai_strerror(lookup->status);
-  else if (lookup->addresses.empty()) error = "cannot resolve " + host + ": no address";
+  if (lookup->status != 0)
+    error = "cannot resolve " + host + ": " + ::gai_strerror(lookup->status);
+  else if (lookup->addresses.empty())
+    error = "cannot resolve " + host + ": no address";
   return lookup->addresses;
 }
 
 // Connects to address:port from the host's network; the fd, or -1 with err.
-UniqueFd connect_to(const Shared& s, const IpAddress& address, uint16_t port, Clock::time_point deadline,
-                    int& err) {
+UniqueFd connect_to(const Shared& s, const IpAddress& address, uint16_t port, Clock::time_point deadline, int& err) {
   sockaddr_storage ss{};
   socklen_t len;
   if (address.v6) {
@@ -235,7 +235,7 @@ struct Decision {
   std::string reason;
   std::string address;
   UniqueFd upstream;
-  int err = 0;  // failed: errno of the last connect, or 0 for a lookup failure
+  int err = 0;               // failed: errno of the last connect, or 0 for a lookup failure
   size_t record = SIZE_MAX;  // index in the report, when recorded
 };
 
@@ -343,12 +343,18 @@ class Session {
 
   static uint8_t socks_code(int err) {
     switch (err) {
-      case ECONNREFUSED: return kSocksConnectionRefused;
-      case ENETUNREACH: return kSocksNetworkUnreachable;
-      case EHOSTUNREACH: return kSocksHostUnreachable;
-      case ETIMEDOUT: return kSocksTtlExpired;
-      case 0: return kSocksHostUnreachable;  // the name did not resolve
-      default: return kSocksGeneralFailure;
+      case ECONNREFUSED:
+        return kSocksConnectionRefused;
+      case ENETUNREACH:
+        return kSocksNetworkUnreachable;
+      case EHOSTUNREACH:
+        return kSocksHostUnreachable;
+      case ETIMEDOUT:
+        return kSocksTtlExpired;
+      case 0:
+        return kSocksHostUnreachable;  // the name did not resolve
+      default:
+        return kSocksGeneralFailure;
     }
   }
 
@@ -404,9 +410,12 @@ class Session {
       if (Clock::now() >= deadline || s_->stopping) break;
     }
     return record(protocol, target,
-                  {EgressVerdict::kFailed, "connect to " + canonical(allowed.front()).str() + " port " +
-                                 std::to_string(target.port) + ": " + std::strerror(err),
-                   canonical(allowed.front()).str(), {}, err});
+                  {EgressVerdict::kFailed,
+                   "connect to " + canonical(allowed.front()).str() + " port " + std::to_string(target.port) + ": " +
+                       std::strerror(err),
+                   canonical(allowed.front()).str(),
+                   {},
+                   err});
   }
 
   Decision record(ProxyProtocol protocol, const ProxyTarget& target, Decision d) {
@@ -434,8 +443,8 @@ class Session {
     int to;
     std::string buf;
     size_t off = 0;
-    bool eof = false;       // nothing more will be read from `from`
-    bool shut = false;      // `to` was told (SHUT_WR)
+    bool eof = false;   // nothing more will be read from `from`
+    bool shut = false;  // `to` was told (SHUT_WR)
     uint64_t total = 0;
     std::optional<uint64_t> budget;  // bytes `from` may still send
     // The request body is complete: `from` is only watched for its close
@@ -465,8 +474,10 @@ class Session {
     while (ok && !(up.eof && down.eof && !up.pending() && !down.pending())) {
       pollfd fds[3] = {{client_.get(), 0, 0}, {up_fd, 0, 0}, {s_->stop_fd.get(), POLLIN, 0}};
       auto want = [](Pipe& p, pollfd& from_pfd, pollfd& to_pfd) {
-        if (p.pending()) to_pfd.events |= POLLOUT;
-        else if (!p.eof || p.draining) from_pfd.events |= POLLIN;
+        if (p.pending())
+          to_pfd.events |= POLLOUT;
+        else if (!p.eof || p.draining)
+          from_pfd.events |= POLLIN;
       };
       want(up, fds[0], fds[1]);
       want(down, fds[1], fds[0]);
@@ -662,7 +673,7 @@ EgressReport EgressProxy::report() const {
 }
 
 std::vector<std::pair<std::string, std::string>> egress_environment(const EgressPolicy& policy,
-                                                                     const std::string& node_options) {
+                                                                    const std::string& node_options) {
   const std::string http = std::string("http://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
   const std::string socks = std::string("socks5h://") + kEgressProxyHost + ":" + std::to_string(kEgressProxyPort);
   // The sandbox's own loopback is reached directly, unless the profile grants
@@ -680,9 +691,14 @@ std::vector<std::pair<std::string, std::string>> egress_environment(const Egress
   const std::string no_proxy = grants_loopback ? "" : "localhost,127.0.0.1,::1";
   std::string node = std::string("--require=") + kNodeEgressPreload;
   return {
-      {"HTTP_PROXY", http},   {"http_proxy", http},      {"HTTPS_PROXY", http},
-      {"https_proxy", http},  {"ALL_PROXY", socks},      {"all_proxy", socks},
-      {"NO_PROXY", no_proxy}, {"no_proxy", no_proxy},
+      {"HTTP_PROXY", http},
+      {"http_proxy", http},
+      {"HTTPS_PROXY", http},
+      {"https_proxy", http},
+      {"ALL_PROXY", socks},
+      {"all_proxy", socks},
+      {"NO_PROXY", no_proxy},
+      {"no_proxy", no_proxy},
       {"NODE_OPTIONS", node_options.empty() ? node : node_options + " " + node},
   };
 }

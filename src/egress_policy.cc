@@ -143,7 +143,8 @@ Cidr parse_cidr(std::string_view text) {
       throw std::invalid_argument("prefix length '" + std::string(p) + "' is not a number");
     c.prefix = std::stoi(std::string(p));
     if (c.prefix > max)
-      throw std::invalid_argument("prefix length " + std::to_string(c.prefix) + " is out of range 0.." + std::to_string(max));
+      throw std::invalid_argument("prefix length " + std::to_string(c.prefix) + " is out of range 0.." +
+                                  std::to_string(max));
   }
   if (c.base.v6 && canonical(c.base) != c.base)
     throw std::invalid_argument(std::string(text) +
@@ -178,9 +179,7 @@ std::optional<std::string> private_range(const IpAddress& address) {
   return r ? std::optional<std::string>(r->description) : std::nullopt;
 }
 
-bool EgressRule::allows_port(uint16_t port) const {
-  return std::find(ports.begin(), ports.end(), port) != ports.end();
-}
+bool EgressRule::allows_port(uint16_t port) const { return std::find(ports.begin(), ports.end(), port) != ports.end(); }
 
 std::string EgressRule::describe() const {
   std::string out = cidr ? "{cidr: " + cidr->str() : "{host: " + host;
@@ -200,17 +199,18 @@ void validate_host_pattern(std::string_view pattern) {
   std::string_view name = pattern;
   const bool wildcard = name.substr(0, 2) == "*.";
   if (wildcard) name.remove_prefix(2);
-  if (parse_ip(name)) throw std::invalid_argument("'" + std::string(pattern) + "' is an address: write it as a cidr rule");
-  if (name.empty() || name.size() > 253) throw std::invalid_argument("'" + std::string(pattern) + "' is not a host name");
+  if (parse_ip(name))
+    throw std::invalid_argument("'" + std::string(pattern) + "' is an address: write it as a cidr rule");
+  if (name.empty() || name.size() > 253)
+    throw std::invalid_argument("'" + std::string(pattern) + "' is not a host name");
   size_t labels = 0;
   size_t start = 0;
   while (start <= name.size()) {
     size_t dot = name.find('.', start);
     std::string_view label = name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     const bool ok = !label.empty() && label.size() <= 63 && label.front() != '-' && label.back() != '-' &&
-                    std::all_of(label.begin(), label.end(), [](unsigned char c) {
-                      return std::isalnum(c) || c == '-' || c == '_';
-                    });
+                    std::all_of(label.begin(), label.end(),
+                                [](unsigned char c) { return std::isalnum(c) || c == '-' || c == '_'; });
     if (!ok) {
       throw std::invalid_argument("'" + std::string(pattern) + "' is not a host name" +
                                   (label.find('*') != std::string_view::npos
@@ -244,13 +244,12 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
     if (!other_port) other_port = &rule;
   }
   std::string target = std::string(host) + ":" + std::to_string(port);
-  if (other_port)
-    return {false, "port " + std::to_string(port) + " is not in rule " + other_port->describe(), nullptr};
+  if (other_port) return {false, "port " + std::to_string(port) + " is not in rule " + other_port->describe(), nullptr};
   return {false, "no rule allows " + target + " (only host rules allow names; the name was not resolved)", nullptr};
 }
 
-Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address,
-                      uint16_t port, const std::vector<IpAddress>& host_addresses) {
+Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address, uint16_t port,
+                      const std::vector<IpAddress>& host_addresses) {
   const IpAddress a = canonical(address);
   std::optional<SpecialRange> special = special_range(a);
   if (!special && std::find(host_addresses.begin(), host_addresses.end(), a) != host_addresses.end())

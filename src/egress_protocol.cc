@@ -9,9 +9,12 @@ namespace nsbox {
 
 const char* to_string(ProxyProtocol protocol) {
   switch (protocol) {
-    case ProxyProtocol::kHttpConnect: return "http-connect";
-    case ProxyProtocol::kHttpForward: return "http";
-    case ProxyProtocol::kSocks5: return "socks5";
+    case ProxyProtocol::kHttpConnect:
+      return "http-connect";
+    case ProxyProtocol::kHttpForward:
+      return "http";
+    case ProxyProtocol::kSocks5:
+      return "socks5";
   }
   return "?";
 }
@@ -79,8 +82,9 @@ struct Header {
 };
 
 // Headers that describe one hop, never forwarded.
-const std::set<std::string> kHopByHop = {"connection", "proxy-connection", "keep-alive", "proxy-authorization",
-                                         "proxy-authenticate", "te", "trailer", "upgrade"};
+const std::set<std::string> kHopByHop = {
+    "connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate",
+    "te",         "trailer",          "upgrade"};
 
 HttpProxyError error(int status, std::string message) { return {status, std::move(message)}; }
 
@@ -167,7 +171,8 @@ std::variant<HttpProxyRequest, HttpProxyError> parse_http_proxy_request(std::str
   size_t path_start = rest.find_first_of("/?#");
   std::string_view authority = rest.substr(0, path_start);
   if (authority.find('@') != std::string_view::npos) return error(400, "credentials in the URI are not forwarded");
-  if (!parse_authority(authority, 80, req.target)) return error(400, "bad host in '" + std::string(uri.substr(0, 200)) + "'");
+  if (!parse_authority(authority, 80, req.target))
+    return error(400, "bad host in '" + std::string(uri.substr(0, 200)) + "'");
   std::string path = path_start == std::string_view::npos ? "/" : std::string(rest.substr(path_start));
   if (size_t hash = path.find('#'); hash != std::string::npos) path.resize(hash);
   if (path.empty() || path.front() == '?') path.insert(path.begin(), '/');
@@ -233,21 +238,42 @@ std::variant<HttpProxyRequest, HttpProxyError> parse_http_proxy_request(std::str
 std::string http_proxy_response(int status, std::string_view body) {
   const char* reason = "Error";
   switch (status) {
-    case 200: reason = "Connection established"; break;
-    case 400: reason = "Bad Request"; break;
-    case 403: reason = "Forbidden"; break;
-    case 405: reason = "Method Not Allowed"; break;
-    case 408: reason = "Request Timeout"; break;
-    case 431: reason = "Request Header Fields Too Large"; break;
-    case 501: reason = "Not Implemented"; break;
-    case 502: reason = "Bad Gateway"; break;
-    case 504: reason = "Gateway Timeout"; break;
-    case 505: reason = "HTTP Version Not Supported"; break;
+    case 200:
+      reason = "Connection established";
+      break;
+    case 400:
+      reason = "Bad Request";
+      break;
+    case 403:
+      reason = "Forbidden";
+      break;
+    case 405:
+      reason = "Method Not Allowed";
+      break;
+    case 408:
+      reason = "Request Timeout";
+      break;
+    case 431:
+      reason = "Request Header Fields Too Large";
+      break;
+    case 501:
+      reason = "Not Implemented";
+      break;
+    case 502:
+      reason = "Bad Gateway";
+      break;
+    case 504:
+      reason = "Gateway Timeout";
+      break;
+    case 505:
+      reason = "HTTP Version Not Supported";
+      break;
   }
   std::string out = "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\n";
   if (status == 200) return out + "\r\n";
-  out += "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\n\r\n";
+  out +=
+      "Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n";
   return out.append(body);
 }
 

@@ -15,9 +15,7 @@ namespace {
 
 constexpr unsigned long kNoDevSuid = MS_NOSUID | MS_NODEV;
 
-bool is_python(const RunSpec& spec) {
-  return !spec.argv.empty() && spec.argv[0].find("python") != std::string::npos;
-}
+bool is_python(const RunSpec& spec) { return !spec.argv.empty() && spec.argv[0].find("python") != std::string::npos; }
 
 bool is_node(const RunSpec& spec) { return !spec.argv.empty() && spec.argv[0] == "node"; }
 
@@ -88,18 +86,18 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   json env = json::array();
   for (const auto& [k, v] : spec.env) env.push_back({k, v});
   const sock_fprog* prog = program.program();
-  json j = {{"hostname", spec.hostname},
-            {"tmpfs", std::move(tmpfs)},
-            {"workspace", spec.workspace ? json{{"path", spec.workspace->inside_path},
-                                                {"size", spec.workspace->size_bytes}}
-                                         : json(nullptr)},
-            {"proc_mask_files", std::move(files)},
-            {"proc_mask_dirs", std::move(dirs)},
-            {"rlimits", std::move(limits)},
-            {"cwd", spec.cwd},
-            {"env", std::move(env)},
-            {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
-            {"notify", program.notifies()}};
+  json j = {
+      {"hostname", spec.hostname},
+      {"tmpfs", std::move(tmpfs)},
+      {"workspace", spec.workspace ? json{{"path", spec.workspace->inside_path}, {"size", spec.workspace->size_bytes}}
+                                   : json(nullptr)},
+      {"proc_mask_files", std::move(files)},
+      {"proc_mask_dirs", std::move(dirs)},
+      {"rlimits", std::move(limits)},
+      {"cwd", spec.cwd},
+      {"env", std::move(env)},
+      {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
+      {"notify", program.notifies()}};
   return j.dump();
 }
 

@@ -34,8 +34,8 @@ void single(std::ostream& out, const char* name, const char* type, const char* h
 
 }  // namespace
 
-void Metrics::run_finished(const std::string& tenant, const std::string& language,
-                           const std::string& status, double seconds) {
+void Metrics::run_finished(const std::string& tenant, const std::string& language, const std::string& status,
+                           double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++runs_[{tenant, language, status}];
   Histogram& h = latency_[language];
@@ -68,64 +68,51 @@ std::string Metrics::render(const Gauges& g) const {
   family(out, "nsbox_runs_total", "counter", "Runs finished, by tenant, language and status.");
   for (const auto& [key, n] : runs_) {
     const auto& [tenant, language, status] = key;
-    out << "nsbox_runs_total{tenant=\"" << label(tenant) << "\",language=\"" << label(language)
-        << "\",status=\"" << label(status) << "\"} " << n << "\n";
+    out << "nsbox_runs_total{tenant=\"" << label(tenant) << "\",language=\"" << label(language) << "\",status=\""
+        << label(status) << "\"} " << n << "\n";
   }
-  family(out, "nsbox_run_duration_seconds", "histogram",
-         "Time from admission to result, by language.");
+  family(out, "nsbox_run_duration_seconds", "histogram", "Time from admission to result, by language.");
   for (const auto& [language, h] : latency_) {
     for (size_t i = 0; i < kBuckets.size(); ++i) {
-      out << "nsbox_run_duration_seconds_bucket{language=\"" << label(language) << "\",le=\""
-          << kBuckets[i] << "\"} " << h.buckets[i] << "\n";
+      out << "nsbox_run_duration_seconds_bucket{language=\"" << label(language) << "\",le=\"" << kBuckets[i] << "\"} "
+          << h.buckets[i] << "\n";
     }
-    out << "nsbox_run_duration_seconds_bucket{language=\"" << label(language) << "\",le=\"+Inf\"} "
-        << h.count << "\n";
-    out << "nsbox_run_duration_seconds_sum{language=\"" << label(language) << "\"} " << h.sum
-        << "\n";
-    out << "nsbox_run_duration_seconds_count{language=\"" << label(language) << "\"} " << h.count
-        << "\n";
+    out << "nsbox_run_duration_seconds_bucket{language=\"" << label(language) << "\",le=\"+Inf\"} " << h.count << "\n";
+    out << "nsbox_run_duration_seconds_sum{language=\"" << label(language) << "\"} " << h.sum << "\n";
+    out << "nsbox_run_duration_seconds_count{language=\"" << label(language) << "\"} " << h.count << "\n";
   }
   family(out, "nsbox_egress_connections_total", "counter",
          "Connections the egress proxies decided, by tenant and verdict.");
   for (const auto& [key, n] : egress_connections_)
-    out << "nsbox_egress_connections_total{tenant=\"" << label(key.first) << "\",verdict=\""
-        << key.second << "\"} " << n << "\n";
-  family(out, "nsbox_egress_bytes_total", "counter",
-         "Bytes relayed by the egress proxies, by tenant and direction.");
+    out << "nsbox_egress_connections_total{tenant=\"" << label(key.first) << "\",verdict=\"" << key.second << "\"} "
+        << n << "\n";
+  family(out, "nsbox_egress_bytes_total", "counter", "Bytes relayed by the egress proxies, by tenant and direction.");
   for (const auto& [key, n] : egress_bytes_)
-    out << "nsbox_egress_bytes_total{tenant=\"" << label(key.first) << "\",direction=\""
-        << key.second << "\"} " << n << "\n";
+    out << "nsbox_egress_bytes_total{tenant=\"" << label(key.first) << "\",direction=\"" << key.second << "\"} " << n
+        << "\n";
   single(out, "nsbox_sandboxes_running", "gauge", "Sandboxes running now.", g.running);
-  single(out, "nsbox_sandboxes_max", "gauge", "Sandboxes allowed at once (limits.max_concurrent).",
-         g.max_running);
+  single(out, "nsbox_sandboxes_max", "gauge", "Sandboxes allowed at once (limits.max_concurrent).", g.max_running);
   single(out, "nsbox_queue_depth", "gauge", "Requests waiting for a sandbox slot.", g.queued);
-  single(out, "nsbox_queue_capacity", "gauge", "Requests allowed to wait (limits.queue_depth).",
-         g.max_queued);
+  single(out, "nsbox_queue_capacity", "gauge", "Requests allowed to wait (limits.queue_depth).", g.max_queued);
   single(out, "nsbox_pool_idle", "gauge", "Warm sandboxes ready and waiting.", g.pool.idle);
   single(out, "nsbox_pool_starting", "gauge", "Warm sandboxes being started.", g.pool.starting);
   single(out, "nsbox_pool_idle_memory_bytes", "gauge",
-         "Memory the idle warm sandboxes hold (limits.pool_memory bounds it).",
-         g.pool.idle_memory_bytes);
+         "Memory the idle warm sandboxes hold (limits.pool_memory bounds it).", g.pool.idle_memory_bytes);
   single(out, "nsbox_pool_hits_total", "counter", "Runs given a warm sandbox.", g.pool.hits);
-  single(out, "nsbox_pool_misses_total", "counter",
-         "Runs of a pooled profile that found no warm sandbox ready.", g.pool.misses);
+  single(out, "nsbox_pool_misses_total", "counter", "Runs of a pooled profile that found no warm sandbox ready.",
+         g.pool.misses);
   single(out, "nsbox_pool_refills_total", "counter", "Warm sandboxes started.", g.pool.refills);
   single(out, "nsbox_pool_refill_seconds_total", "counter",
          "Time from starting a warm sandbox to its being ready, summed.",
          static_cast<double>(g.pool.refill_ms_total) / 1000);
-  single(out, "nsbox_pool_retired_total", "counter",
-         "Idle warm sandboxes dropped (reload, shutdown).", g.pool.retired);
-  single(out, "nsbox_oom_kills_total", "counter", "Runs killed for exceeding their memory limit.",
-         oom_kills_);
-  single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.",
-         timeouts_);
-  family(out, "nsbox_rejected_requests_total", "counter",
-         "Requests refused before any sandbox, by reason.");
-  for (const char* reason :
-       {"overload", "unauthorized", "too_large", "bad_request", "shutting_down"}) {
+  single(out, "nsbox_pool_retired_total", "counter", "Idle warm sandboxes dropped (reload, shutdown).", g.pool.retired);
+  single(out, "nsbox_oom_kills_total", "counter", "Runs killed for exceeding their memory limit.", oom_kills_);
+  single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.", timeouts_);
+  family(out, "nsbox_rejected_requests_total", "counter", "Requests refused before any sandbox, by reason.");
+  for (const char* reason : {"overload", "unauthorized", "too_large", "bad_request", "shutting_down"}) {
     auto it = rejected_.find(reason);
-    out << "nsbox_rejected_requests_total{reason=\"" << reason << "\"} "
-        << (it == rejected_.end() ? 0 : it->second) << "\n";
+    out << "nsbox_rejected_requests_total{reason=\"" << reason << "\"} " << (it == rejected_.end() ? 0 : it->second)
+        << "\n";
   }
   return out.str();
 }

@@ -28,14 +28,14 @@ constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom",
 // Files of /proc that leak host kernel state or act on the host; each is
 // hidden behind /dev/null.
 constexpr const char* kMaskedProcFiles[] = {
-    "/proc/kcore", "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",
-    "/proc/latency_stats", "/proc/sched_debug", "/proc/kallsyms", "/proc/kmsg",
-    "/proc/config.gz", "/proc/kpagecount", "/proc/kpageflags", "/proc/kpagecgroup",
+    "/proc/kcore",         "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",
+    "/proc/latency_stats", "/proc/sched_debug",   "/proc/kallsyms",   "/proc/kmsg",
+    "/proc/config.gz",     "/proc/kpagecount",    "/proc/kpageflags", "/proc/kpagecgroup",
 };
 // Directories of /proc with host-wide knobs or hardware details; each is
 // hidden behind an empty read-only tmpfs.
-constexpr const char* kMaskedProcDirs[] = {"/proc/sys", "/proc/acpi", "/proc/scsi", "/proc/irq",
-                                           "/proc/bus", "/proc/fs",  "/proc/driver"};
+constexpr const char* kMaskedProcDirs[] = {"/proc/sys", "/proc/acpi", "/proc/scsi",  "/proc/irq",
+                                           "/proc/bus", "/proc/fs",   "/proc/driver"};
 
 // Top-level rootfs entries nsbox provides itself.
 constexpr const char* kProvidedTopLevel[] = {"proc", "dev", "tmp", "sys"};
@@ -59,8 +59,7 @@ std::vector<TopLevelEntry> list_top_level(int root_fd, const std::string& root) 
   while (dirent* e = ::readdir(dir)) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
-    if (std::find(std::begin(kProvidedTopLevel), std::end(kProvidedTopLevel), name) !=
-        std::end(kProvidedTopLevel))
+    if (std::find(std::begin(kProvidedTopLevel), std::end(kProvidedTopLevel), name) != std::end(kProvidedTopLevel))
       continue;
     struct stat st {};
     if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
@@ -81,8 +80,7 @@ std::vector<TopLevelEntry> list_top_level(int root_fd, const std::string& root) 
     entries.push_back(std::move(entry));
   }
   ::closedir(dir);
-  std::sort(entries.begin(), entries.end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   return entries;
 }
 
@@ -184,11 +182,18 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
   const bool overlay_is_root = every_target_exists(root_fd.get(), spec);
   // A new superblock of its own: no host submount comes along, and the flags
   // the host mount locks (noexec, atime) are kept by asking for them.
-  plan.add({.kind = MountKind::kRootOverlay, .source = "rootfs", .target = spec.rootfs,
-            .fstype = "overlay", .flags = MS_RDONLY | kNoDevSuid | (root_locked & ~kAtimeFlags)});
+  plan.add({.kind = MountKind::kRootOverlay,
+            .source = "rootfs",
+            .target = spec.rootfs,
+            .fstype = "overlay",
+            .flags = MS_RDONLY | kNoDevSuid | (root_locked & ~kAtimeFlags)});
   if (!overlay_is_root) {
-    plan.add({.kind = MountKind::kRootTmpfs, .source = "tmpfs", .target = spec.rootfs,
-              .fstype = "tmpfs", .data = "mode=0755,size=1m,nr_inodes=4096", .flags = kNoDevSuid});
+    plan.add({.kind = MountKind::kRootTmpfs,
+              .source = "tmpfs",
+              .target = spec.rootfs,
+              .fstype = "tmpfs",
+              .data = "mode=0755,size=1m,nr_inodes=4096",
+              .flags = kNoDevSuid});
   }
 
   // The rootfs's top level, read-only, each entry on its own: not recursive,
@@ -199,39 +204,64 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
       plan.add({.kind = MountKind::kSymlink, .source = e.link, .target = inside});
       continue;
     }
-    plan.add({.kind = MountKind::kBind, .source_kind = SourceKind::kRootfsEntry, .source = e.name,
+    plan.add({.kind = MountKind::kBind,
+              .source_kind = SourceKind::kRootfsEntry,
+              .source = e.name,
               .target = inside,
-              .flags = MS_BIND, .remount_flags = read_only_bind,
+              .flags = MS_BIND,
+              .remount_flags = read_only_bind,
               .create = e.type == DT_DIR ? TargetCreate::kDirectory : TargetCreate::kFile});
   }
 
-  plan.add({.kind = MountKind::kFilesystem, .source = "proc", .target = "/proc", .fstype = "proc",
-            .flags = kNoDevSuid | MS_NOEXEC, .create = TargetCreate::kDirectory});
+  plan.add({.kind = MountKind::kFilesystem,
+            .source = "proc",
+            .target = "/proc",
+            .fstype = "proc",
+            .flags = kNoDevSuid | MS_NOEXEC,
+            .create = TargetCreate::kDirectory});
 
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/dev", .fstype = "tmpfs",
-            .data = "mode=0755,size=64k,nr_inodes=64", .flags = MS_NOSUID | MS_NOEXEC,
+  plan.add({.kind = MountKind::kFilesystem,
+            .source = "tmpfs",
+            .target = "/dev",
+            .fstype = "tmpfs",
+            .data = "mode=0755,size=64k,nr_inodes=64",
+            .flags = MS_NOSUID | MS_NOEXEC,
             .create = TargetCreate::kDirectory});
   for (const char* dev : kDevices) {
-    plan.add({.kind = MountKind::kBind, .source = std::string("/dev/") + dev,
-              .target = std::string("/dev/") + dev, .flags = MS_BIND, .create = TargetCreate::kFile});
+    plan.add({.kind = MountKind::kBind,
+              .source = std::string("/dev/") + dev,
+              .target = std::string("/dev/") + dev,
+              .flags = MS_BIND,
+              .create = TargetCreate::kFile});
   }
   plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd", .target = "/dev/fd"});
   plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/0", .target = "/dev/stdin"});
   plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/1", .target = "/dev/stdout"});
   plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd/2", .target = "/dev/stderr"});
   plan.add({.kind = MountKind::kSymlink, .source = "pts/ptmx", .target = "/dev/ptmx"});
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/dev/shm",
-            .fstype = "tmpfs", .data = "mode=1777," + tmpfs_size, .flags = kNoDevSuid | MS_NOEXEC,
+  plan.add({.kind = MountKind::kFilesystem,
+            .source = "tmpfs",
+            .target = "/dev/shm",
+            .fstype = "tmpfs",
+            .data = "mode=1777," + tmpfs_size,
+            .flags = kNoDevSuid | MS_NOEXEC,
             .create = TargetCreate::kDirectory});
-  plan.add({.kind = MountKind::kFilesystem, .source = "devpts", .target = "/dev/pts",
-            .fstype = "devpts", .data = "newinstance,ptmxmode=0666,mode=0620",
-            .flags = MS_NOSUID | MS_NOEXEC, .create = TargetCreate::kDirectory});
+  plan.add({.kind = MountKind::kFilesystem,
+            .source = "devpts",
+            .target = "/dev/pts",
+            .fstype = "devpts",
+            .data = "newinstance,ptmxmode=0666,mode=0620",
+            .flags = MS_NOSUID | MS_NOEXEC,
+            .create = TargetCreate::kDirectory});
   // /dev itself becomes read-only once populated.
-  plan.add({.kind = MountKind::kRemount, .target = "/dev",
-            .flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC});
+  plan.add({.kind = MountKind::kRemount, .target = "/dev", .flags = MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC});
 
-  plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = "/tmp", .fstype = "tmpfs",
-            .data = "mode=1777," + tmpfs_size, .flags = kNoDevSuid,
+  plan.add({.kind = MountKind::kFilesystem,
+            .source = "tmpfs",
+            .target = "/tmp",
+            .fstype = "tmpfs",
+            .data = "mode=1777," + tmpfs_size,
+            .flags = kNoDevSuid,
             .create = TargetCreate::kDirectory});
 
   // The spec's own mounts, parents before children.
@@ -255,15 +285,22 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
       unsigned long remount = MS_REMOUNT | MS_BIND | kNoDevSuid | locked;
       if (b.read_only) remount |= MS_RDONLY;
       if (b.noexec) remount |= MS_NOEXEC;
-      plan.add({.kind = MountKind::kBind, .source_kind = SourceKind::kHostPath, .source = b.source,
+      plan.add({.kind = MountKind::kBind,
+                .source_kind = SourceKind::kHostPath,
+                .source = b.source,
                 .target = b.target,
-                .flags = MS_BIND, .remount_flags = remount,
+                .flags = MS_BIND,
+                .remount_flags = remount,
                 .create = S_ISDIR(st.st_mode) ? TargetCreate::kDirectory : TargetCreate::kFile});
     } else {
       const TmpfsMount& t = spec.tmpfs[p.index];
-      plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = t.target,
-                .fstype = "tmpfs", .data = "mode=1777,size=" + std::to_string(t.size_bytes),
-                .flags = kNoDevSuid, .create = TargetCreate::kDirectory});
+      plan.add({.kind = MountKind::kFilesystem,
+                .source = "tmpfs",
+                .target = t.target,
+                .fstype = "tmpfs",
+                .data = "mode=1777,size=" + std::to_string(t.size_bytes),
+                .flags = kNoDevSuid,
+                .create = TargetCreate::kDirectory});
     }
   }
 
@@ -281,14 +318,20 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
     dir_masks.erase(std::remove_if(dir_masks.begin(), dir_masks.end(), in_proc), dir_masks.end());
   }
   for (const auto& m : file_masks) {
-    plan.add({.kind = MountKind::kBind, .source = spec.rootfs + "/dev/null", .target = m,
+    plan.add({.kind = MountKind::kBind,
+              .source = spec.rootfs + "/dev/null",
+              .target = m,
               .flags = MS_BIND,
               .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
               .optional = true});
   }
   for (const auto& m : dir_masks) {
-    plan.add({.kind = MountKind::kFilesystem, .source = "tmpfs", .target = m, .fstype = "tmpfs",
-              .data = "mode=0555,size=4k,nr_inodes=1", .flags = MS_RDONLY | kNoDevSuid | MS_NOEXEC,
+    plan.add({.kind = MountKind::kFilesystem,
+              .source = "tmpfs",
+              .target = m,
+              .fstype = "tmpfs",
+              .data = "mode=0555,size=4k,nr_inodes=1",
+              .flags = MS_RDONLY | kNoDevSuid | MS_NOEXEC,
               .optional = true});
   }
 
@@ -419,8 +462,7 @@ int open_source(const RawMountOp& op, int rootfs_fd) noexcept {
     case SourceKind::kHostPath:
       return openat2_path(AT_FDCWD, op.source, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     case SourceKind::kRootfsEntry:
-      return openat2_path(rootfs_fd, op.source,
-                          RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+      return openat2_path(rootfs_fd, op.source, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
     case SourceKind::kPlain:
       break;
   }
@@ -544,8 +586,7 @@ int mount_rootfs_overlay(const RawMountOp& op, const char** step) noexcept {
 
 }  // namespace
 
-int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
-                     const char** object) noexcept {
+int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step, const char** object) noexcept {
   int root_fd = -1;    // the new root (the overlay, or the skeleton tmpfs over it)
   int rootfs_fd = -1;  // the overlay of the rootfs
   int result = 0;

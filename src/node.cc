@@ -5,10 +5,10 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
+#include <httplib.h>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <httplib.h>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -30,9 +30,9 @@ namespace {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kSpareThreads = 4;     // health and metrics while every slot is busy
+constexpr size_t kSpareThreads = 4;  // health and metrics while every slot is busy
 constexpr size_t kMaxThreads = 1024;
-constexpr size_t kPendingPerThread = 2; // accepted connections waiting for a thread
+constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
 constexpr time_t kKeepAliveSeconds = 5;
 constexpr int kListenBacklog = 1024;
@@ -122,12 +122,18 @@ std::string error_body(const std::string& message) { return platform_answer(null
 
 const char* status_message(int status) {
   switch (status) {
-    case 400: return "malformed HTTP request";
-    case 404: return "not found: the node serves POST /run, POST /v1/runs, GET /health and GET /metrics";
-    case 405: return "method not allowed";
-    case 413: return "request body too large";
-    case 414: return "request URI too long";
-    default: return "request failed";
+    case 400:
+      return "malformed HTTP request";
+    case 404:
+      return "not found: the node serves POST /run, POST /v1/runs, GET /health and GET /metrics";
+    case 405:
+      return "method not allowed";
+    case 413:
+      return "request body too large";
+    case 414:
+      return "request URI too long";
+    default:
+      return "request failed";
   }
 }
 
@@ -158,14 +164,14 @@ class Node {
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
   void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
-  const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l,
-                                   const httplib::Request& req, std::string& why) const;
+  const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
+                                   std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                    size_t listener_index, bool native);
-  void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res,
-                  const NodeConfig& cfg, const TenantConfig& tenant, size_t listener_index, bool native);
-  void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
-                  const Job& job, const JobResult& result, double seconds) const;
+  void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, const NodeConfig& cfg,
+                  const TenantConfig& tenant, size_t listener_index, bool native);
+  void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
+                  const JobResult& result, double seconds) const;
   void reload();
   void configure_pool(const NodeConfig& c) const;
   void drain();
@@ -197,15 +203,14 @@ void Node::add_cors(const httplib::Request& req, httplib::Response& res) const {
   }
 }
 
-void Node::reply(const httplib::Request& req, httplib::Response& res, int status,
-                 const std::string& body) const {
+void Node::reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const {
   res.status = status;
   res.set_content(body, "application/json");
   add_cors(req, res);
 }
 
-const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l,
-                                       const httplib::Request& req, std::string& why) const {
+const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
+                                       std::string& why) const {
   if (!req.has_header("Authorization")) {
     const TenantConfig* t = cfg.anonymous_tenant(l);
     if (!t) why = "unauthorized: send Authorization: Bearer <token>";
@@ -222,8 +227,8 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
   return t;
 }
 
-void Node::finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
-                      const Job& job, const JobResult& result, double seconds) const {
+void Node::finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
+                      const JobResult& result, double seconds) const {
   AuditContext ctx;
   ctx.run_id = job.run_id;
   ctx.tenant = tenant.name;
@@ -306,8 +311,9 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     case Admission::Verdict::kFull:
       metrics_.rejected("overload");
       res.set_header("Retry-After", "1");
-      return reply(req, res, 429, error_body("too many requests: all " + std::to_string(cfg.max_concurrent) +
-                                             " sandboxes are busy and the queue is full; retry later"));
+      return reply(req, res, 429,
+                   error_body("too many requests: all " + std::to_string(cfg.max_concurrent) +
+                              " sandboxes are busy and the queue is full; retry later"));
     case Admission::Verdict::kClosed:
       metrics_.rejected("shutting_down");
       res.set_header("Retry-After", "1");
@@ -322,8 +328,10 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   try {
     result = spawner_.run(job, cancel_.get());
   } catch (const std::exception& e) {
-    result = json{{"return", nullptr}, {"error", std::string("The sandbox could not be started: ") + e.what()},
-                  {"status", "error"}, {"error_type", "sandbox"}};
+    result = json{{"return", nullptr},
+                  {"error", std::string("The sandbox could not be started: ") + e.what()},
+                  {"status", "error"},
+                  {"error_type", "sandbox"}};
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   finish_run(native ? "v1" : "run", *tenant, req, job, result, seconds);
@@ -365,8 +373,8 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     if (res.status == 413) {
       metrics_.rejected("too_large");
       res.set_header("Connection", "close");
-      return reply(req, res, 413, error_body("request body exceeds the node's limit of " +
-                                             format_size(config()->body_limit)));
+      return reply(req, res, 413,
+                   error_body("request body exceeds the node's limit of " + format_size(config()->body_limit)));
     }
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
@@ -397,7 +405,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
   });
   svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res,
-                                const httplib::ContentReader& reader) { handle_post(req, res, reader, li, false); });
+                               const httplib::ContentReader& reader) { handle_post(req, res, reader, li, false); });
   svr->Post("/v1/runs", [this, li](const httplib::Request& req, httplib::Response& res,
                                    const httplib::ContentReader& reader) { handle_post(req, res, reader, li, true); });
   svr->Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
@@ -522,8 +530,8 @@ int Node::serve(const sigset_t& signals) {
     spdlog::info("listening on http://{}{}", l.address(),
                  l.language ? std::string(" (") + to_string(*l.language) + " only)" : "");
   }
-  spdlog::info("node ready: config {}, {} tenants, max_concurrent {}, queue_depth {}", cfg->source,
-               cfg->tenants.size(), cfg->max_concurrent, cfg->queue_depth);
+  spdlog::info("node ready: config {}, {} tenants, max_concurrent {}, queue_depth {}", cfg->source, cfg->tenants.size(),
+               cfg->max_concurrent, cfg->queue_depth);
   for (;;) {
     siginfo_t info;
     int sig = ::sigwaitinfo(&signals, &info);

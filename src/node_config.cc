@@ -29,12 +29,11 @@ constexpr size_t kMaxTenantNameLength = 64;
 // The one description of which keys each map accepts.
 const profile_yaml::Schema& schema() {
   static const profile_yaml::Schema sections = {
-      {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors",
-            "cgroup_parent"}},
+      {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors", "cgroup_parent"}},
       {"listeners[]", {"address", "language", "tenant"}},
       {"tenants[]", {"name", "token", "token_file", "profile"}},
-      {"limits", {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "grace_period", "pool_size",
-                  "pool_memory"}},
+      {"limits",
+       {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "grace_period", "pool_size", "pool_memory"}},
       {"cors", {"allow_origins"}},
   };
   return sections;
@@ -69,13 +68,11 @@ std::string check_token(const Field& at, std::string token) {
 // owner can read or write.
 std::string read_token_file(const Field& at, const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    at.fail("cannot read token file " + path + ": " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0) at.fail("cannot read token file " + path + ": " + std::strerror(errno));
   if (!S_ISREG(st.st_mode)) at.fail("token file " + path + " is not a regular file");
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    at.fail("token file " + path + " is accessible to group or others (mode " +
-            std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
-            std::to_string(st.st_mode & 7) + "); chmod 600 it");
+    at.fail("token file " + path + " is accessible to group or others (mode " + std::to_string((st.st_mode >> 6) & 7) +
+            std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + "); chmod 600 it");
   try {
     return check_token(at, profile_yaml::read_file(path));
   } catch (const ProfileError& e) {
@@ -89,8 +86,7 @@ std::string relative_to(const std::string& dir, const std::string& path) {
 }
 
 bool is_profile_path(const std::string& ref) {
-  return ref.find('/') != std::string::npos ||
-         (ref.size() >= 5 && ref.compare(ref.size() - 5, 5, ".yaml") == 0);
+  return ref.find('/') != std::string::npos || (ref.size() >= 5 && ref.compare(ref.size() - 5, 5, ".yaml") == 0);
 }
 
 Profile load_tenant_profile(const Field& at, const std::string& ref, const std::string& dir,
@@ -133,7 +129,8 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
   if (!name) f.fail("missing key 'name'");
   t.name = name->text();
   if (!is_valid_tenant_name(t.name))
-    name->fail("\"" + t.name + "\" is not a valid tenant name: use lowercase letters, digits, "
+    name->fail("\"" + t.name +
+               "\" is not a valid tenant name: use lowercase letters, digits, "
                "'.', '_' and '-', starting with a letter or digit, at most 64 characters");
   auto token = map.get("token");
   auto token_file = map.get("token_file");
@@ -253,12 +250,11 @@ const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener)
   return name.empty() ? nullptr : tenant(name);
 }
 
-NodeConfig load_node_config_text(const std::string& text, const std::string& file,
-                                 const ProfileSearch& search) {
+NodeConfig load_node_config_text(const std::string& text, const std::string& file, const ProfileSearch& search) {
   YAML::Node root = profile_yaml::parse_document(file, text);
   if (!root.IsMap())
-    profile_yaml::fail(file, root.Mark(), "the top level must be a map of node settings, got " +
-                                              profile_yaml::describe(root));
+    profile_yaml::fail(file, root.Mark(),
+                       "the top level must be a map of node settings, got " + profile_yaml::describe(root));
   Field top(file, "", root, root.Mark());
   MapReader map(top, keys_of(""));
   const std::string dir = std::filesystem::path(file).parent_path().string();

@@ -24,9 +24,7 @@ struct Section {
 
 const std::vector<Section>& schema() {
   static const std::vector<Section> sections = {
-      {"",
-       {"seccomp", "namespace", "mount", "sandbox", "interpreter", "environment", "timeout",
-        "options"}},
+      {"", {"seccomp", "namespace", "mount", "sandbox", "interpreter", "environment", "timeout", "options"}},
       {"seccomp", {"allow"}},
       {"seccomp.allow", {"x86_64", "aarch64"}},
       {"namespace", {"user", "net", "pid", "ipc", "uts", "cgroup"}},
@@ -50,20 +48,16 @@ const std::set<std::string> kProvidedDevices = {"/dev/null",   "/dev/zero",    "
 
 // bwrap options that repeat what nsbox always does, with their argument.
 const std::map<std::string, std::string> kEquivalentOptions = {
-    {"--proc", "/proc"},   {"--dev", "/dev"},         {"--tmpfs", "/tmp"},
-    {"--cap-drop", "ALL"}, {"--die-with-parent", ""}, {"--new-session", ""},
-    {"--unshare-all", ""}, {"--unshare-user", ""},    {"--unshare-user-try", ""},
-    {"--unshare-ipc", ""}, {"--unshare-pid", ""},     {"--unshare-net", ""},
-    {"--unshare-uts", ""}, {"--unshare-cgroup", ""},  {"--unshare-cgroup-try", ""},
-    {"--clearenv", ""},
+    {"--proc", "/proc"},        {"--dev", "/dev"},        {"--tmpfs", "/tmp"},          {"--cap-drop", "ALL"},
+    {"--die-with-parent", ""},  {"--new-session", ""},    {"--unshare-all", ""},        {"--unshare-user", ""},
+    {"--unshare-user-try", ""}, {"--unshare-ipc", ""},    {"--unshare-pid", ""},        {"--unshare-net", ""},
+    {"--unshare-uts", ""},      {"--unshare-cgroup", ""}, {"--unshare-cgroup-try", ""}, {"--clearenv", ""},
 };
 
 constexpr double kMaxTimeoutSeconds = 86400;
 constexpr long long kMinTimeoutMs = 10;
 
-std::vector<std::string> syscalls(const Field& f, const char* arch) {
-  return profile_yaml::syscall_names(f, arch);
-}
+std::vector<std::string> syscalls(const Field& f, const char* arch) { return profile_yaml::syscall_names(f, arch); }
 
 // The platform filters with the allow list of the host's architecture and
 // loads no filter when the list is empty; nsbox profiles carry the x86_64
@@ -86,16 +80,14 @@ void migrate_seccomp(const Field& f, Profile& p) {
 [[noreturn]] void refuse_shared_namespace(const Field& where, const std::string& ns, bool absent) {
   // An absent key is reported at its map, without the map's path in front.
   const Field at = absent ? Field(where.file(), "", where.node(), where.mark()) : where;
-  std::string what =
-      absent ? "namespace." + ns + " is absent, which the platform reads as false: it " : "false ";
+  std::string what = absent ? "namespace." + ns + " is absent, which the platform reads as false: it " : "false ";
   if (ns == "net") {
     at.fail(what +
             "would share the host's network with the sandbox; nsbox always gives a sandbox its own "
             "network namespace, and what it may reach is the profile's network section (mode none, or "
             "egress through nsbox's proxy with an allow list): set net: True to migrate");
   }
-  at.fail(what + "would share the host's " + ns + " namespace; nsbox always creates it: set " + ns +
-          ": True");
+  at.fail(what + "would share the host's " + ns + " namespace; nsbox always creates it: set " + ns + ": True");
 }
 
 // bwrap unshares only the namespaces set to true; nsbox unshares all of them.
@@ -118,11 +110,13 @@ void check_namespaces(const std::optional<Field>& f, const Field& root) {
 // its own runtimes: binding the host's over them would mix two systems (and
 // /lib, /lib64 are symlinks on merged-/usr hosts, which nsbox refuses as
 // mount sources). Read-only mounts of these, at the same path, are dropped.
+// clang-format off
 const std::set<std::string> kRootfsProvided = {
     "/lib",          "/lib64",         "/lib32",           "/bin",           "/sbin",
     "/usr/bin",      "/usr/sbin",      "/usr/lib",         "/usr/lib64",     "/usr/lib32",
     "/usr/local/bin", "/usr/local/lib", "/usr/share/nodejs", "/etc/resolv.conf", "/etc/ssl/certs",
 };
+// clang-format on
 
 bool is_provided_device(const std::string& src, const std::string& dst) {
   return src == dst && kProvidedDevices.count(dst) > 0;
@@ -171,8 +165,7 @@ void migrate_mounts(const Field& f, Profile& p) {
 void check_sandbox(const Field& f) {
   MapReader m(f, keys_of("sandbox"));
   if (auto type = m.get("type"); type && type->string() != "bubblewrap") {
-    type->fail("expected bubblewrap (the only type the platform has), got " +
-               describe(type->node()));
+    type->fail("expected bubblewrap (the only type the platform has), got " + describe(type->node()));
   }
   if (auto path = m.get("path")) path->string();
 }
@@ -186,8 +179,7 @@ void check_interpreter(const Field& f) {
 void migrate_environment(const Field& f, Profile& p) {
   MapReader env(f);
   for (const auto& e : env.entries()) {
-    profile_yaml::check_env_name(Field(f.file(), e.value.path(), e.key_node, e.key_node.Mark()),
-                                 e.key);
+    profile_yaml::check_env_name(Field(f.file(), e.value.path(), e.key_node, e.key_node.Mark()), e.key);
     p.env[e.key] = profile_yaml::env_value(e.value);
   }
 }
@@ -219,8 +211,7 @@ void check_options(const Field& f) {
     if (i + 1 == items.size()) items[i].fail("bwrap option " + option + " needs an argument");
     const Field& arg = items[++i];
     if (arg.text() != known->second) {
-      arg.fail("nsbox always has " + option + " " + known->second + ", got " +
-               describe(arg.node()));
+      arg.fail("nsbox always has " + option + " " + known->second + ", got " + describe(arg.node()));
     }
   }
 }
@@ -232,8 +223,7 @@ Profile load_openjiuwen_config(const std::string& path, const ProfileSearch& sea
   YAML::Node root = profile_yaml::parse_document(path, text);
   Field root_field(path, "", root, root.Mark());
   if (!root.IsMap()) {
-    root_field.fail("the top level must be a map of sandbox_config.yaml keys, got " +
-                    describe(root));
+    root_field.fail("the top level must be a map of sandbox_config.yaml keys, got " + describe(root));
   }
   MapReader top(root_field, keys_of(""));
   Profile p = load_profile("default", search);

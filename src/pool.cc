@@ -1,7 +1,7 @@
 #include "nsbox/pool.h"
 
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 

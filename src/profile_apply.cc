@@ -39,8 +39,7 @@ RunSpec spec_from_profile(const Profile& p) {
   l.file_size = p.limits.file_size;
   l.best_effort = p.limits.enforcement == Enforcement::kBestEffort;
 
-  for (const auto& m : p.mounts)
-    spec.binds.push_back({m.source, m.target, m.mode == MountMode::kReadOnly, m.noexec});
+  for (const auto& m : p.mounts) spec.binds.push_back({m.source, m.target, m.mode == MountMode::kReadOnly, m.noexec});
   for (const auto& t : p.tmpfs) {
     if (t.path == "/tmp") {
       l.tmpfs_bytes = t.size ? t.size : p.limits.tmpfs;
@@ -104,13 +103,11 @@ void apply_overrides(const Profile& p, const RunOverrides& o, RunSpec& spec) {
     l.cpu_time = *o.cpu_time;
   }
   if (o.memory) {
-    if (*o.memory > p.limits.memory)
-      refuse("memory", format_size(*o.memory), "memory", format_size(p.limits.memory));
+    if (*o.memory > p.limits.memory) refuse("memory", format_size(*o.memory), "memory", format_size(p.limits.memory));
     l.cgroup.memory_bytes = *o.memory;
   }
   if (o.pids) {
-    if (*o.pids > p.limits.pids)
-      refuse("pids", std::to_string(*o.pids), "pids", std::to_string(p.limits.pids));
+    if (*o.pids > p.limits.pids) refuse("pids", std::to_string(*o.pids), "pids", std::to_string(p.limits.pids));
     l.cgroup.pids = *o.pids;
   }
   if (o.cpus) {

@@ -15,8 +15,7 @@
 namespace nsbox {
 
 namespace {
-std::string format_profile_error(const std::string& file, int line, int column,
-                                 const std::string& message) {
+std::string format_profile_error(const std::string& file, int line, int column, const std::string& message) {
   if (line <= 0) return file + ": " + message;
   return file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + message;
 }
@@ -54,8 +53,7 @@ constexpr uint64_t kMaxEgressConnections = 4096;  // each one is recorded in the
 constexpr uint64_t kMaxArtifactBytes = 4 * kGiB;
 constexpr uint32_t kMaxId = 65534;
 
-const std::vector<std::string> kDefaultMask = {"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys",
-                                               "/sys/firmware"};
+const std::vector<std::string> kDefaultMask = {"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys", "/sys/firmware"};
 
 // The one description of the schema: which keys each map accepts. Unknown
 // key errors, profile_schema_keys() and the docs test all read it.
@@ -63,8 +61,8 @@ const profile_yaml::Schema& schema() {
   static const profile_yaml::Schema sections = {
       {"", {"name", "extends", "limits", "filesystem", "env", "seccomp", "network", "user", "fork_server"}},
       {"limits",
-       {"wall_time", "cpu_time", "memory", "pids", "cpus", "tmpfs", "stdout", "stderr",
-        "open_files", "file_size", "enforcement"}},
+       {"wall_time", "cpu_time", "memory", "pids", "cpus", "tmpfs", "stdout", "stderr", "open_files", "file_size",
+        "enforcement"}},
       {"filesystem", {"rootfs", "mounts", "tmpfs", "mask", "workspace"}},
       {"filesystem.mounts[]", {"source", "target", "mode", "noexec"}},
       {"filesystem.tmpfs[]", {"path", "size"}},
@@ -81,15 +79,12 @@ const std::vector<std::string_view>& keys_of(std::string_view section) {
   return profile_yaml::keys_of(schema(), section);
 }
 
-
 struct Origin {
   std::string file;
   YAML::Mark mark;
   std::string path;
 
-  [[noreturn]] void fail(const std::string& message) const {
-    profile_yaml::fail(file, mark, path + ": " + message);
-  }
+  [[noreturn]] void fail(const std::string& message) const { profile_yaml::fail(file, mark, path + ": " + message); }
 };
 
 // The profile being assembled from its chain, oldest ancestor first, with
@@ -130,8 +125,7 @@ std::string checked_name(const Field& f) {
 ParsedFile parse_profile(const std::string& file, const std::string& text) {
   YAML::Node root = profile_yaml::parse_document(file, text);
   if (!root.IsMap()) {
-    profile_yaml::fail(file, root.Mark(),
-                       "the top level must be a map of profile keys, got " + describe(root));
+    profile_yaml::fail(file, root.Mark(), "the top level must be a map of profile keys, got " + describe(root));
   }
   ParsedFile parsed{file, MapReader(Field(file, "", root, root.Mark()), keys_of("")), "", {}};
   auto name = parsed.top->get("name");
@@ -147,38 +141,36 @@ ParsedFile parse_profile(const std::string& file, const std::string& text) {
 // ---- one layer ----
 
 void apply_limits(const Field& f, ProfileLimits& l) {
-  apply_each(
-      MapReader(f, keys_of("limits")),
-      {
-          {"wall_time", [&](const Field& v) { l.wall_time = v.duration(kMinTime, kMaxTime); }},
-          {"cpu_time", [&](const Field& v) { l.cpu_time = v.duration(kMinTime, kMaxTime); }},
-          {"memory", [&](const Field& v) { l.memory = v.size(kMinMemory, kTiB); }},
-          {"pids", [&](const Field& v) { l.pids = v.integer(1, 65536); }},
-          {"cpus", [&](const Field& v) { l.cpus = v.number(0.01, 1024); }},
-          {"tmpfs", [&](const Field& v) { l.tmpfs = v.size(kMinTmpfs, kTiB); }},
-          {"stdout", [&](const Field& v) { l.stdout_bytes = v.size(0, kMaxOutput); }},
-          {"stderr", [&](const Field& v) { l.stderr_bytes = v.size(0, kMaxOutput); }},
-          {"open_files", [&](const Field& v) { l.open_files = v.integer(16, 1048576); }},
-          {"file_size", [&](const Field& v) { l.file_size = v.size(0, kTiB); }},
-          {"enforcement",
-           [&](const Field& v) {
-             std::string s = v.string();
-             if (s == "strict") {
-               l.enforcement = Enforcement::kStrict;
-             } else if (s == "best-effort") {
-               l.enforcement = Enforcement::kBestEffort;
-             } else {
-               v.fail("expected strict or best-effort, got " + describe(v.node()));
-             }
-           }},
-      });
+  apply_each(MapReader(f, keys_of("limits")),
+             {
+                 {"wall_time", [&](const Field& v) { l.wall_time = v.duration(kMinTime, kMaxTime); }},
+                 {"cpu_time", [&](const Field& v) { l.cpu_time = v.duration(kMinTime, kMaxTime); }},
+                 {"memory", [&](const Field& v) { l.memory = v.size(kMinMemory, kTiB); }},
+                 {"pids", [&](const Field& v) { l.pids = v.integer(1, 65536); }},
+                 {"cpus", [&](const Field& v) { l.cpus = v.number(0.01, 1024); }},
+                 {"tmpfs", [&](const Field& v) { l.tmpfs = v.size(kMinTmpfs, kTiB); }},
+                 {"stdout", [&](const Field& v) { l.stdout_bytes = v.size(0, kMaxOutput); }},
+                 {"stderr", [&](const Field& v) { l.stderr_bytes = v.size(0, kMaxOutput); }},
+                 {"open_files", [&](const Field& v) { l.open_files = v.integer(16, 1048576); }},
+                 {"file_size", [&](const Field& v) { l.file_size = v.size(0, kTiB); }},
+                 {"enforcement",
+                  [&](const Field& v) {
+                    std::string s = v.string();
+                    if (s == "strict") {
+                      l.enforcement = Enforcement::kStrict;
+                    } else if (s == "best-effort") {
+                      l.enforcement = Enforcement::kBestEffort;
+                    } else {
+                      v.fail("expected strict or best-effort, got " + describe(v.node()));
+                    }
+                  }},
+             });
 }
 
 // Replaces the inherited entry with the same key, else appends; returns
 // the entry's index.
 template <typename T, typename Key>
-size_t upsert(std::vector<T>& list, std::vector<Origin>& origins, const T& value, Origin origin,
-              Key key) {
+size_t upsert(std::vector<T>& list, std::vector<Origin>& origins, const T& value, Origin origin, Key key) {
   for (size_t i = 0; i < list.size(); ++i) {
     if (key(list[i]) == key(value)) {
       list[i] = value;
@@ -247,8 +239,7 @@ void apply_tmpfs(const Field& f, Draft& d) {
     }
     tmpfs.path = path_field->sandbox_target("tmpfs");
     check_unique(seen, tmpfs.path, *path_field, "tmpfs path", item.path());
-    size_t at = upsert(d.p.tmpfs, d.tmpfs_origins, tmpfs,
-                       Origin{f.file(), path_field->mark(), path_field->path()},
+    size_t at = upsert(d.p.tmpfs, d.tmpfs_origins, tmpfs, Origin{f.file(), path_field->mark(), path_field->path()},
                        [](const ProfileTmpfs& x) { return x.path; });
     d.tmpfs_sized.resize(d.p.tmpfs.size());
     d.tmpfs_sized[at] = sized;
@@ -277,8 +268,7 @@ void apply_workspace(const Field& f, Draft& d) {
     }
   }
   if (!f.is_map())
-    f.fail("expected a map {path, max_artifacts, max_artifact_bytes} or false, got " +
-           describe(f.node()));
+    f.fail("expected a map {path, max_artifacts, max_artifact_bytes} or false, got " + describe(f.node()));
   ProfileWorkspace ws = d.p.workspace.value_or(ProfileWorkspace{});
   apply_each(MapReader(f, keys_of("filesystem.workspace")),
              {
@@ -287,43 +277,38 @@ void apply_workspace(const Field& f, Draft& d) {
                     ws.path = v.sandbox_target("workspace");
                     d.workspace_origin = Origin{v.file(), v.mark(), v.path()};
                   }},
-                 {"max_artifacts",
-                  [&](const Field& v) { ws.max_artifacts = v.integer(0, kMaxArtifacts); }},
-                 {"max_artifact_bytes",
-                  [&](const Field& v) { ws.max_artifact_bytes = v.size(0, kMaxArtifactBytes); }},
+                 {"max_artifacts", [&](const Field& v) { ws.max_artifacts = v.integer(0, kMaxArtifacts); }},
+                 {"max_artifact_bytes", [&](const Field& v) { ws.max_artifact_bytes = v.size(0, kMaxArtifactBytes); }},
              });
   if (!d.workspace_origin) d.workspace_origin = Origin{f.file(), f.mark(), f.path() + ".path"};
   d.p.workspace = ws;
 }
 
 void apply_filesystem(const Field& f, Draft& d) {
-  apply_each(MapReader(f, keys_of("filesystem")),
-             {
-                 {"rootfs",
-                  [&](const Field& v) {
-                    std::string s = v.string();
-                    d.p.rootfs = s == "default" ? s : v.host_source();
-                  }},
-                 {"mounts", [&](const Field& v) { apply_mounts(v, d); }},
-                 {"tmpfs", [&](const Field& v) { apply_tmpfs(v, d); }},
-                 {"mask", [&](const Field& v) { apply_mask(v, d); }},
-                 {"workspace", [&](const Field& v) { apply_workspace(v, d); }},
-             });
+  apply_each(MapReader(f, keys_of("filesystem")), {
+                                                      {"rootfs",
+                                                       [&](const Field& v) {
+                                                         std::string s = v.string();
+                                                         d.p.rootfs = s == "default" ? s : v.host_source();
+                                                       }},
+                                                      {"mounts", [&](const Field& v) { apply_mounts(v, d); }},
+                                                      {"tmpfs", [&](const Field& v) { apply_tmpfs(v, d); }},
+                                                      {"mask", [&](const Field& v) { apply_mask(v, d); }},
+                                                      {"workspace", [&](const Field& v) { apply_workspace(v, d); }},
+                                                  });
 }
 
 void apply_env(const Field& f, Draft& d) {
   MapReader env(f);
   for (const auto& e : env.entries()) {
-    profile_yaml::check_env_name(Field(f.file(), e.value.path(), e.key_node, e.key_node.Mark()),
-                                 e.key);
+    profile_yaml::check_env_name(Field(f.file(), e.value.path(), e.key_node, e.key_node.Mark()), e.key);
     d.p.env[e.key] = profile_yaml::env_value(e.value);
   }
 }
 
 std::vector<std::string> syscall_list(const Field& f, const char* arch) {
   std::vector<std::string> names = profile_yaml::syscall_names(f, arch);
-  if (names.empty())
-    f.fail("an empty allow list would deny even exit: list the system calls to allow");
+  if (names.empty()) f.fail("an empty allow list would deny even exit: list the system calls to allow");
   return names;
 }
 
@@ -337,14 +322,12 @@ void apply_seccomp(const Field& f, Draft& d) {
     return;
   }
   if (!f.is_scalar()) {
-    f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " +
-           describe(f.node()));
+    f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " + describe(f.node()));
   }
   std::string s = f.string();
   if (s != "default" && s != "strict") {
     if (s.empty() || s[0] != '/') {
-      f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " +
-             describe(f.node()));
+      f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " + describe(f.node()));
     }
     s = f.absolute_path();
   }
@@ -433,7 +416,8 @@ Profile::ForkServer fork_server_languages(const Field& f) {
   for (const Field& item : f.items()) {
     const std::string name = item.text();
     bool& chosen = name == "python" ? out.python : out.javascript;
-    if (name != "python" && name != "javascript") item.fail("expected python or javascript, got " + describe(item.node()));
+    if (name != "python" && name != "javascript")
+      item.fail("expected python or javascript, got " + describe(item.node()));
     if (chosen) item.fail("duplicate language " + name);
     chosen = true;
   }
@@ -441,17 +425,13 @@ Profile::ForkServer fork_server_languages(const Field& f) {
 }
 
 void apply_user(const Field& f, Draft& d) {
-  apply_each(MapReader(f, keys_of("user")),
-             {
-                 {"uid",
-                  [&](const Field& v) {
-                    d.p.uid = sandbox_id(v, "the sandbox user must not be root inside (uid 0)");
-                  }},
-                 {"gid",
-                  [&](const Field& v) {
-                    d.p.gid = sandbox_id(v, "the sandbox group must not be root's inside (gid 0)");
-                  }},
-             });
+  apply_each(
+      MapReader(f, keys_of("user")),
+      {
+          {"uid", [&](const Field& v) { d.p.uid = sandbox_id(v, "the sandbox user must not be root inside (uid 0)"); }},
+          {"gid",
+           [&](const Field& v) { d.p.gid = sandbox_id(v, "the sandbox group must not be root's inside (gid 0)"); }},
+      });
 }
 
 void apply_layer(const ParsedFile& layer, Draft& d) {
@@ -502,8 +482,9 @@ void apply_mask_defaults(Draft& d) {
 void check_fork_server(const Draft& d) {
   if (!d.p.fork_server.any()) return;
   if (d.p.network == NetworkMode::kEgress)
-    d.fork_server_origin->fail("cannot be combined with network mode egress: the egress proxy is per sandbox, "
-                               "and the fork server's runs share none");
+    d.fork_server_origin->fail(
+        "cannot be combined with network mode egress: the egress proxy is per sandbox, "
+        "and the fork server's runs share none");
   // Each forked run mounts these afresh, which would hide a bind below them.
   std::vector<std::string> fresh = {"/tmp", "/dev/shm"};
   for (const auto& t : d.p.tmpfs) fresh.push_back(t.path);
@@ -511,7 +492,8 @@ void check_fork_server(const Draft& d) {
   for (size_t i = 0; i < d.p.mounts.size(); ++i)
     for (const auto& f : fresh)
       if (d.p.mounts[i].target.rfind(f + "/", 0) == 0)
-        d.mount_origins[i].fail("lies under " + f + ", which each run of a fork server (fork_server: true) mounts "
+        d.mount_origins[i].fail("lies under " + f +
+                                ", which each run of a fork server (fork_server: true) mounts "
                                 "afresh, hiding this mount");
 }
 
@@ -541,22 +523,19 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
 
 // The file for a profile name: <dir>/<name>.yaml in search order, else the
 // built-in default. Returns {file label, text} or nullopt.
-std::optional<std::pair<std::string, std::string>> find_named(const std::string& name,
-                                                              const ProfileSearch& search) {
+std::optional<std::pair<std::string, std::string>> find_named(const std::string& name, const ProfileSearch& search) {
   for (const auto& dir : search.dirs) {
     std::string path = (std::filesystem::path(dir) / (name + ".yaml")).string();
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) return std::make_pair(path, profile_yaml::read_file(path));
   }
-  if (name == "default")
-    return std::make_pair(std::string(kEmbeddedFile), embedded_default_profile());
+  if (name == "default") return std::make_pair(std::string(kEmbeddedFile), embedded_default_profile());
   return std::nullopt;
 }
 
 std::string not_found_message(const std::string& name, const ProfileSearch& search) {
   return "profile '" + name + "' not found: no " + name + ".yaml in " +
-         (search.dirs.empty() ? std::string("(no directories to search)")
-                              : join(search.dirs, ", "));
+         (search.dirs.empty() ? std::string("(no directories to search)") : join(search.dirs, ", "));
 }
 
 std::vector<ParsedFile> resolve_chain(ParsedFile top, const ProfileSearch& search) {
@@ -571,15 +550,13 @@ std::vector<ParsedFile> resolve_chain(ParsedFile top, const ProfileSearch& searc
       ext.fail("cycle: " + join(names, " -> ") + " -> " + parent);
     }
     if (chain.size() > kMaxExtendsDepth) {
-      ext.fail("chain longer than " + std::to_string(kMaxExtendsDepth) + ": " +
-               join(names, " -> ") + " -> " + parent);
+      ext.fail("chain longer than " + std::to_string(kMaxExtendsDepth) + ": " + join(names, " -> ") + " -> " + parent);
     }
     auto found = find_named(parent, search);
     if (!found) ext.fail(not_found_message(parent, search));
     ParsedFile p = parse_profile(found->first, found->second);
     if (p.name != parent) {
-      p.top->get("name")->fail("'" + p.name +
-                               "' does not match the file name: a profile found as '" + parent +
+      p.top->get("name")->fail("'" + p.name + "' does not match the file name: a profile found as '" + parent +
                                "' must be named '" + parent + "'");
     }
     chain.push_back(std::move(p));
@@ -634,14 +611,12 @@ ProfileSearch default_profile_search(const std::string& argv0_dir) {
   search.dirs.push_back("/etc/nsbox/profiles");
   search.dirs.push_back(NSBOX_DATADIR "/profiles");  // cmake --install puts the shipped ones here
   if (!argv0_dir.empty()) {
-    search.dirs.push_back(
-        (std::filesystem::path(argv0_dir) / ".." / "profiles").lexically_normal().string());
+    search.dirs.push_back((std::filesystem::path(argv0_dir) / ".." / "profiles").lexically_normal().string());
   }
   return search;
 }
 
-Profile load_profile_text(const std::string& text, const std::string& file,
-                          const ProfileSearch& search) {
+Profile load_profile_text(const std::string& text, const std::string& file, const ProfileSearch& search) {
   return resolve(parse_profile(file, text), search);
 }
 
@@ -651,8 +626,7 @@ Profile load_profile_file(const std::string& path, const ProfileSearch& search) 
 
 Profile load_profile(const std::string& name_or_path, const ProfileSearch& search) {
   const std::string& v = name_or_path;
-  bool is_path = v.find('/') != std::string::npos ||
-                 (v.size() >= 5 && v.compare(v.size() - 5, 5, ".yaml") == 0);
+  bool is_path = v.find('/') != std::string::npos || (v.size() >= 5 && v.compare(v.size() - 5, 5, ".yaml") == 0);
   if (is_path) return load_profile_file(v, search);
   if (!is_valid_profile_name(v)) {
     throw std::invalid_argument("\"" + v +
@@ -663,8 +637,7 @@ Profile load_profile(const std::string& name_or_path, const ProfileSearch& searc
   if (!found) throw std::invalid_argument(not_found_message(v, search));
   ParsedFile parsed = parse_profile(found->first, found->second);
   if (parsed.name != v) {
-    parsed.top->get("name")->fail("'" + parsed.name +
-                                  "' does not match the file name: a profile found as '" + v +
+    parsed.top->get("name")->fail("'" + parsed.name + "' does not match the file name: a profile found as '" + v +
                                   "' must be named '" + v + "'");
   }
   return resolve(std::move(parsed), search);
@@ -703,16 +676,16 @@ void emit_filesystem(YAML::Emitter& out, const Profile& p) {
   if (p.mounts.empty()) out << YAML::Flow;
   out << YAML::BeginSeq;
   for (const auto& m : p.mounts) {
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "source" << YAML::Value << m.source
-        << YAML::Key << "target" << YAML::Value << m.target << YAML::Key << "mode" << YAML::Value
-        << (m.mode == MountMode::kReadOnly ? "ro" : "rw") << YAML::Key << "noexec" << YAML::Value
-        << m.noexec << YAML::EndMap;
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "source" << YAML::Value << m.source << YAML::Key << "target"
+        << YAML::Value << m.target << YAML::Key << "mode" << YAML::Value
+        << (m.mode == MountMode::kReadOnly ? "ro" : "rw") << YAML::Key << "noexec" << YAML::Value << m.noexec
+        << YAML::EndMap;
   }
   out << YAML::EndSeq;
   out << YAML::Key << "tmpfs" << YAML::Value << YAML::BeginSeq;
   for (const auto& t : p.tmpfs) {
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << t.path << YAML::Key
-        << "size" << YAML::Value << format_size(t.size) << YAML::EndMap;
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << t.path << YAML::Key << "size"
+        << YAML::Value << format_size(t.size) << YAML::EndMap;
   }
   out << YAML::EndSeq;
   out << YAML::Key << "mask" << YAML::Value << YAML::BeginSeq;
@@ -722,10 +695,9 @@ void emit_filesystem(YAML::Emitter& out, const Profile& p) {
   if (!p.workspace) {
     out << false;
   } else {
-    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << p.workspace->path << YAML::Key
-        << "max_artifacts" << YAML::Value << p.workspace->max_artifacts << YAML::Key
-        << "max_artifact_bytes" << YAML::Value << format_size(p.workspace->max_artifact_bytes)
-        << YAML::EndMap;
+    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << p.workspace->path << YAML::Key << "max_artifacts"
+        << YAML::Value << p.workspace->max_artifacts << YAML::Key << "max_artifact_bytes" << YAML::Value
+        << format_size(p.workspace->max_artifact_bytes) << YAML::EndMap;
   }
   out << YAML::EndMap;
 }
@@ -790,8 +762,8 @@ std::string to_yaml(const Profile& p) {
     out << YAML::Key << "fork_server" << YAML::Value << YAML::Flow << YAML::BeginSeq
         << (p.fork_server.python ? "python" : "javascript") << YAML::EndSeq;
   }
-  out << YAML::Key << "user" << YAML::Value << YAML::BeginMap << YAML::Key << "uid" << YAML::Value
-      << p.uid << YAML::Key << "gid" << YAML::Value << p.gid << YAML::EndMap;
+  out << YAML::Key << "user" << YAML::Value << YAML::BeginMap << YAML::Key << "uid" << YAML::Value << p.uid << YAML::Key
+      << "gid" << YAML::Value << p.gid << YAML::EndMap;
   out << YAML::EndMap;
   std::string header = "# profile " + p.name;
   if (!p.source_file.empty()) header += ", resolved from " + p.source_file;

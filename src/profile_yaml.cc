@@ -28,17 +28,15 @@ int one_based(int zero_based) { return zero_based < 0 ? 1 : zero_based + 1; }
 // What YAML (1.1 or 1.2) would read a plain scalar as, when not a string.
 const char* plain_scalar_kind(const std::string& v) {
   static const std::array<std::string_view, 4> kNull{"", "~", "null", "Null"};
-  static const std::array<std::string_view, 16> kBool{
-      "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes",
-      "YES",  "no",   "No",   "NO",    "on",    "On",    "off", "Off"};
+  static const std::array<std::string_view, 16> kBool{"true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes",
+                                                      "YES",  "no",   "No",   "NO",    "on",    "On",    "off", "Off"};
   if (v == "NULL" || std::find(kNull.begin(), kNull.end(), v) != kNull.end()) return "null";
   if (std::find(kBool.begin(), kBool.end(), v) != kBool.end()) return "a boolean";
   std::istringstream in(v);
   double d;
   in >> d;
   if (!in.fail() && in.eof()) return "a number";
-  if (v == ".inf" || v == "-.inf" || v == ".nan" || v.rfind("0x", 0) == 0 ||
-      v.rfind("0o", 0) == 0) {
+  if (v == ".inf" || v == "-.inf" || v == ".nan" || v.rfind("0x", 0) == 0 || v.rfind("0o", 0) == 0) {
     return "a number";
   }
   return nullptr;
@@ -64,8 +62,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 bool is_under(const std::string& path, std::string_view dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         path[dir.size()] == '/');
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
 }
 
 // "" when path is absolute and in normal form, else the problem.
@@ -89,8 +86,7 @@ std::string path_problem(const std::string& path) {
     if (!part.empty()) normal += "/" + std::string(part);
     start = end + 1;
   }
-  if (normal != path)
-    return "the path \"" + path + "\" is not in normal form: write \"" + normal + "\"";
+  if (normal != path) return "the path \"" + path + "\" is not in normal form: write \"" + normal + "\"";
   return "";
 }
 
@@ -188,7 +184,8 @@ static size_t first_unprintable(std::string_view s) {
 YAML::Node parse_document(const std::string& file, const std::string& text) {
   if (size_t bad = first_unprintable(text); bad != std::string_view::npos) {
     const size_t line_start = bad == 0 ? 0 : text.rfind('\n', bad - 1) + 1;  // npos + 1 == 0
-    const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n'));
+    const int line =
+        1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n'));
     throw ProfileError(file, line, static_cast<int>(bad - line_start) + 1,
                        "not printable UTF-8, which YAML text must be: byte 0x" +
                            to_hex(reinterpret_cast<const unsigned char*>(&text[bad]), 1));
@@ -330,9 +327,7 @@ double Field::number(double min, double max) const {
   std::string range = format_number(min) + ".." + format_number(max);
   const std::string v = is_plain_scalar() ? node_.Scalar() : std::string();
   size_t dot = v.find('.');
-  bool shape = dot == std::string::npos
-                   ? all_digits(v)
-                   : all_digits(v.substr(0, dot)) && all_digits(v.substr(dot + 1));
+  bool shape = dot == std::string::npos ? all_digits(v) : all_digits(v.substr(0, dot)) && all_digits(v.substr(dot + 1));
   if (!shape) fail("expected a number in " + range + ", got " + describe(node_));
   double d = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), d);
@@ -358,8 +353,7 @@ uint64_t Field::size(uint64_t min, uint64_t max) const {
   return n;
 }
 
-std::chrono::milliseconds Field::duration(std::chrono::milliseconds min,
-                                          std::chrono::milliseconds max) const {
+std::chrono::milliseconds Field::duration(std::chrono::milliseconds min, std::chrono::milliseconds max) const {
   if (!node_.IsScalar()) {
     fail("expected a duration with a unit (ms, s, m, h), got " + describe(node_));
   }
@@ -385,14 +379,10 @@ std::string Field::absolute_path() const {
 std::string Field::sandbox_target(const char* what) const {
   std::string p = absolute_path();
   std::string w(what);
-  if (p == "/")
-    fail("a " + w + " cannot go onto /: the root is the rootfs (see filesystem.rootfs)");
-  if (is_under(p, "/proc"))
-    fail("a " + w + " cannot go onto /proc or below: nsbox builds /proc itself");
-  if (is_under(p, "/dev"))
-    fail("a " + w + " cannot go onto /dev or below: nsbox builds /dev itself");
-  if (is_under(p, "/sys"))
-    fail("a " + w + " cannot go onto /sys or below: the sandbox has no /sys");
+  if (p == "/") fail("a " + w + " cannot go onto /: the root is the rootfs (see filesystem.rootfs)");
+  if (is_under(p, "/proc")) fail("a " + w + " cannot go onto /proc or below: nsbox builds /proc itself");
+  if (is_under(p, "/dev")) fail("a " + w + " cannot go onto /dev or below: nsbox builds /dev itself");
+  if (is_under(p, "/sys")) fail("a " + w + " cannot go onto /sys or below: the sandbox has no /sys");
   return p;
 }
 
@@ -409,9 +399,7 @@ std::string Field::host_source() const {
   return p;
 }
 
-MapReader::MapReader(const Field& map, const std::vector<std::string_view>& known) : field_(map) {
-  read(&known);
-}
+MapReader::MapReader(const Field& map, const std::vector<std::string_view>& known) : field_(map) { read(&known); }
 
 MapReader::MapReader(const Field& map) : field_(map) { read(nullptr); }
 
@@ -428,16 +416,16 @@ void MapReader::read(const std::vector<std::string_view>* known) {
     }
     const std::string key = k.Scalar();
     if (auto it = seen.find(key); it != seen.end()) {
-      profile_yaml::fail(map.file(), k.Mark(),
-                         "duplicate " + where + " '" + key + "'" + in + " (first on line " +
-                             std::to_string(it->second) + ")");
+      profile_yaml::fail(
+          map.file(), k.Mark(),
+          "duplicate " + where + " '" + key + "'" + in + " (first on line " + std::to_string(it->second) + ")");
     }
     seen.emplace(key, one_based(k.Mark().line));
     if (known && std::find(known->begin(), known->end(), key) == known->end()) {
       std::string hint = closest(key, *known);
-      profile_yaml::fail(map.file(), k.Mark(),
-                         "unknown " + where + " '" + key + "'" + in +
-                             (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+      profile_yaml::fail(
+          map.file(), k.Mark(),
+          "unknown " + where + " '" + key + "'" + in + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
     }
     const YAML::Node& v = kv.second;
     std::string path = map.path().empty() ? key : map.path() + "." + key;
@@ -455,12 +443,10 @@ std::optional<Field> MapReader::get(std::string_view key) const {
 void check_env_name(const Field& key_field, const std::string& name) {
   bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
   for (char c : name) {
-    ok = ok &&
-         ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   }
   if (!ok) {
-    key_field.fail("\"" + name +
-                   "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
+    key_field.fail("\"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
   }
   static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
       {"LD_PRELOAD", "it would load a library into every program of the sandbox"},
@@ -509,8 +495,7 @@ const std::vector<std::string_view>& keys_of(const Schema& schema, std::string_v
 std::vector<std::string> dotted_keys(const Schema& schema) {
   std::vector<std::string> out;
   for (const auto& s : schema) {
-    for (auto k : s.keys)
-      out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
+    for (auto k : s.keys) out.push_back(s.path.empty() ? std::string(k) : std::string(s.path) + "." + std::string(k));
   }
   return out;
 }

@@ -64,15 +64,14 @@ class Field {
   // Elements of a list, with paths "PATH[i]".
   std::vector<Field> items() const;
 
-  std::string string() const;  // any scalar
-  std::string text() const;    // a scalar YAML would not read as a number, bool or null
-  bool boolean() const;        // true/false
+  std::string string() const;                 // any scalar
+  std::string text() const;                   // a scalar YAML would not read as a number, bool or null
+  bool boolean() const;                       // true/false
   std::optional<bool> maybe_boolean() const;  // true/false, or nullopt for anything else
   uint64_t integer(uint64_t min, uint64_t max) const;
   double number(double min, double max) const;
   uint64_t size(uint64_t min, uint64_t max) const;
-  std::chrono::milliseconds duration(std::chrono::milliseconds min,
-                                     std::chrono::milliseconds max) const;
+  std::chrono::milliseconds duration(std::chrono::milliseconds min, std::chrono::milliseconds max) const;
   // An absolute path in normal form (no '.', '..', '//', trailing '/').
   std::string absolute_path() const;
   // absolute_path() that is not '/', /proc, /dev, /sys or below: where

@@ -6,12 +6,18 @@ namespace nsbox {
 
 const char* to_string(RunStatus status) {
   switch (status) {
-    case RunStatus::kOk: return "ok";
-    case RunStatus::kExitNonzero: return "exit_nonzero";
-    case RunStatus::kTimeout: return "timeout";
-    case RunStatus::kKilled: return "killed";
-    case RunStatus::kOom: return "oom";
-    case RunStatus::kSetupError: return "setup_error";
+    case RunStatus::kOk:
+      return "ok";
+    case RunStatus::kExitNonzero:
+      return "exit_nonzero";
+    case RunStatus::kTimeout:
+      return "timeout";
+    case RunStatus::kKilled:
+      return "killed";
+    case RunStatus::kOom:
+      return "oom";
+    case RunStatus::kSetupError:
+      return "setup_error";
   }
   return "unknown";
 }
@@ -61,7 +67,8 @@ nlohmann::ordered_json to_json(const Result& r) {
   for (const auto& [name, count] : r.denied_syscalls) j["denied_syscalls"][name] = count;
   j["network"] = r.network ? to_json(*r.network) : json(nullptr);
   j["artifacts"] = json::array();
-  for (const auto& a : r.artifacts) j["artifacts"].push_back({{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}});
+  for (const auto& a : r.artifacts)
+    j["artifacts"].push_back({{"name", a.name}, {"size", a.size}, {"sha256", a.sha256}});
   j["artifacts_refused"] = r.artifacts_refused;
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
   return j;

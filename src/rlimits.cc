@@ -7,13 +7,20 @@ namespace {
 
 const char* resource_name(int resource) {
   switch (resource) {
-    case RLIMIT_CORE: return "RLIMIT_CORE";
-    case RLIMIT_NOFILE: return "RLIMIT_NOFILE";
-    case RLIMIT_FSIZE: return "RLIMIT_FSIZE";
-    case RLIMIT_CPU: return "RLIMIT_CPU";
-    case RLIMIT_NPROC: return "RLIMIT_NPROC";
-    case RLIMIT_DATA: return "RLIMIT_DATA";
-    default: return "rlimit";
+    case RLIMIT_CORE:
+      return "RLIMIT_CORE";
+    case RLIMIT_NOFILE:
+      return "RLIMIT_NOFILE";
+    case RLIMIT_FSIZE:
+      return "RLIMIT_FSIZE";
+    case RLIMIT_CPU:
+      return "RLIMIT_CPU";
+    case RLIMIT_NPROC:
+      return "RLIMIT_NPROC";
+    case RLIMIT_DATA:
+      return "RLIMIT_DATA";
+    default:
+      return "rlimit";
   }
 }
 
@@ -27,8 +34,7 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
   };
 }
 
-std::vector<RlimitSetting> standin_rlimits(const Limits& limits,
-                                           const std::set<std::string>& missing,
+std::vector<RlimitSetting> standin_rlimits(const Limits& limits, const std::set<std::string>& missing,
                                            bool cpu_time_unenforced) {
   std::vector<RlimitSetting> out;
   if (missing.count("memory")) {

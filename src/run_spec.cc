@@ -20,15 +20,12 @@ std::vector<std::pair<std::string, std::string>> default_environment() {
 
 std::pair<std::string, std::string> parse_env_assignment(const std::string& text) {
   auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw UsageError("--env expects KEY=VALUE, got '" + text + "'");
-  if (text.find('\0') != std::string::npos)
-    throw UsageError("--env value contains a NUL byte");
+  if (eq == std::string::npos || eq == 0) throw UsageError("--env expects KEY=VALUE, got '" + text + "'");
+  if (text.find('\0') != std::string::npos) throw UsageError("--env value contains a NUL byte");
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
-void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key,
-             std::string value) {
+void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key, std::string value) {
   auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == key; });
   if (it != env.end()) {
     it->second = std::move(value);

@@ -69,8 +69,8 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
     case RunStatus::kOom:
       out.status = "oom";
       out.error_type = "oom";
-      out.error = "Execution ran out of memory (limit " +
-                  std::to_string(spec.limits.cgroup.memory_bytes >> 20) + " MiB)";
+      out.error =
+          "Execution ran out of memory (limit " + std::to_string(spec.limits.cgroup.memory_bytes >> 20) + " MiB)";
       return;
     case RunStatus::kKilled:
       out.status = "killed";
@@ -78,7 +78,7 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
       // The supervisor's reason when it gave one (a foreign ABI call, a CPU
       // counter that could no longer be read).
       out.error = "Execution was killed by " + signal_name(run.signal.value_or(SIGKILL)) +
-                  (!run.error.empty()        ? " (" + run.error + ")"
+                  (!run.error.empty()     ? " (" + run.error + ")"
                    : run.signal == SIGSYS ? " (a forbidden system call)"
                                           : "");
       return;
@@ -91,8 +91,7 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
     case RunStatus::kExitNonzero:
       out.status = "error";
       out.error_type = "runner";
-      out.error = "The code exited (status " + std::to_string(run.exit_code) +
-                  ") without returning a result";
+      out.error = "The code exited (status " + std::to_string(run.exit_code) + ") without returning a result";
       return;
   }
 }
@@ -105,9 +104,7 @@ std::optional<Language> parse_language(const std::string& name) {
   return std::nullopt;
 }
 
-const char* to_string(Language language) {
-  return language == Language::kPython ? "python" : "javascript";
-}
+const char* to_string(Language language) { return language == Language::kPython ? "python" : "javascript"; }
 
 bool forks(const Profile& profile, Language language) {
   return language == Language::kPython ? profile.fork_server.python : profile.fork_server.javascript;

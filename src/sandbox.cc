@@ -3,11 +3,11 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/sched.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <linux/seccomp.h>
 #include <seccomp.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -62,12 +62,13 @@ class CStringArray {
 // it, so no error path leaves a sandbox behind.
 class SandboxProcess {
  public:
-  SandboxProcess(pid_t pid, UniqueFd pidfd, bool child = true)
-      : pid_(pid), pidfd_(std::move(pidfd)), child_(child) {}
+  SandboxProcess(pid_t pid, UniqueFd pidfd, bool child = true) : pid_(pid), pidfd_(std::move(pidfd)), child_(child) {}
   SandboxProcess(const SandboxProcess&) = delete;
   SandboxProcess& operator=(const SandboxProcess&) = delete;
   SandboxProcess(SandboxProcess&& other) noexcept
-      : pid_(other.pid_), pidfd_(std::move(other.pidfd_)), child_(other.child_),
+      : pid_(other.pid_),
+        pidfd_(std::move(other.pidfd_)),
+        child_(other.child_),
         reaped_(std::exchange(other.reaped_, true)) {}
   ~SandboxProcess() {
     if (reaped_) return;
@@ -196,16 +197,16 @@ struct Watch {
   OutputCapture* out = nullptr;
   OutputCapture* err = nullptr;
   OutputCapture* fd3 = nullptr;
-  UniqueFd stdin_fd;                 // non-blocking; fed from stdin_data, then closed
+  UniqueFd stdin_fd;  // non-blocking; fed from stdin_data, then closed
   const std::string* stdin_data = nullptr;
   int cancel_fd = -1;
   std::optional<Clock::time_point> deadline;
   RunCgroup* cgroup = nullptr;
   std::chrono::milliseconds cpu_time{0};  // enforced from the cgroup's usage
   int64_t cpu_baseline_ms = 0;            // usage before the run began (a warm sandbox's start-up)
-  UniqueFd notify_sock;  // the workload sends its seccomp listener here
-  UniqueFd listener;     // then: denied calls to answer and record
-  UniqueFd proxy_sock;   // PID 1 sends the egress proxy's listening socket here
+  UniqueFd notify_sock;                   // the workload sends its seccomp listener here
+  UniqueFd listener;                      // then: denied calls to answer and record
+  UniqueFd proxy_sock;                    // PID 1 sends the egress proxy's listening socket here
   EgressProxy* proxy = nullptr;
   // The run may end at PID 1's report when PID 1 was left alone, without
   // waiting for PID 1 and the namespaces to go: the cgroup, not PID 1's
@@ -290,8 +291,8 @@ Observation supervise(Watch w) {
   Clock::time_point next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
   size_t stdin_offset = 0;
   for (;;) {
-    const bool pipes_open = w.error_fd || w.report_fd || (w.out && w.out->open()) ||
-                            (w.err && w.err->open()) || (w.fd3 && w.fd3->open());
+    const bool pipes_open =
+        w.error_fd || w.report_fd || (w.out && w.out->open()) || (w.err && w.err->open()) || (w.fd3 && w.fd3->open());
     if (!init_running) w.stdin_fd.reset();
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
@@ -399,8 +400,8 @@ Observation supervise(Watch w) {
     // before the report is never left unread.
     const bool stopping = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled ||
                           !obs.foreign_abi_call.empty();
-    if (init_running && w.may_end_with_report && !stopping && obs.report && obs.report->alone == 1 &&
-        !w.error_fd && !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
+    if (init_running && w.may_end_with_report && !stopping && obs.report && obs.report->alone == 1 && !w.error_fd &&
+        !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
       obs.ended_with_report = true;
       break;
     }
@@ -429,7 +430,8 @@ void fill_outcome(const Observation& obs, Result& r) {
     r.signal = SIGKILL;
     r.exit_code = 128 + SIGKILL;
     if (obs.cpu_time_unreadable)
-      r.error = "stopped: the run's CPU time could no longer be read from its cgroup, so cpu_time could not be enforced";
+      r.error =
+          "stopped: the run's CPU time could no longer be read from its cgroup, so cpu_time could not be enforced";
     return;
   }
   if (obs.report && obs.report->kind == InitReport::kExited) {
@@ -437,8 +439,7 @@ void fill_outcome(const Observation& obs, Result& r) {
     r.status = r.exit_code == 0 ? RunStatus::kOk : RunStatus::kExitNonzero;
     return;
   }
-  int sig = obs.report ? obs.report->value
-                       : (WIFSIGNALED(obs.init_status) ? WTERMSIG(obs.init_status) : SIGKILL);
+  int sig = obs.report ? obs.report->value : (WIFSIGNALED(obs.init_status) ? WTERMSIG(obs.init_status) : SIGKILL);
   if (!obs.report && WIFEXITED(obs.init_status)) {
     // PID 1 died without a report: it can only have failed before the workload ran.
     r.status = RunStatus::kSetupError;
@@ -529,14 +530,16 @@ std::string join(const std::set<std::string>& items) {
 std::string describe_host_cgroups(const CgroupHost& host) {
   std::string v1;
   for (const auto& [c, dir] : host.v1_self_dirs) v1 += (v1.empty() ? "" : ", ") + c;
-  return "cgroup v2 " + (host.v2_mount ? "at " + host.v2_self_dir + " offers {" + join(host.v2_controllers) + "}"
-                                       : std::string("is not mounted")) +
+  return "cgroup v2 " +
+         (host.v2_mount ? "at " + host.v2_self_dir + " offers {" + join(host.v2_controllers) + "}"
+                        : std::string("is not mounted")) +
          "; cgroup v1 hierarchies: {" + v1 + "}";
 }
 
 // What stands in, and what is lost, when a controller is missing.
 std::string best_effort_note(const std::string& controller) {
-  if (controller == "memory") return "memory limit applied per process as RLIMIT_DATA, not to the run as a whole; no OOM reporting";
+  if (controller == "memory")
+    return "memory limit applied per process as RLIMIT_DATA, not to the run as a whole; no OOM reporting";
   if (controller == "pids") return "pids limit applied as RLIMIT_NPROC of the sandbox user";
   if (controller == "cpu") return "cpus (CPU bandwidth) not limited";
   return controller + " not limited";
@@ -559,23 +562,23 @@ const SeccompProgram& Launcher::seccomp_for(const SeccompChoice& choice) const {
   if (it == extra_seccomp_.end()) {
     it = extra_seccomp_
              .emplace(key, choice.kind == SeccompChoice::kStrict ? SeccompProgram::strict_policy()
-                                                                : SeccompProgram::allow_list(choice.allow))
+                                                                 : SeccompProgram::allow_list(choice.allow))
              .first;
   }
   return it->second;
 }
 
 std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vector<std::string>& warnings,
-                                                 std::set<std::string>& unenforced,
-                                                 bool& cpu_time_by_cgroup) const {
+                                                 std::set<std::string>& unenforced, bool& cpu_time_by_cgroup) const {
   const std::set<std::string> needed = controllers_for(spec.limits.cgroup);
   const bool wants_cpu_time = spec.limits.cpu_time.count() > 0;
   const std::string version = cgroups_.choose(needed.empty() ? std::set<std::string>{"memory", "cpu", "pids"} : needed);
   unenforced = needed.empty() ? std::set<std::string>{} : cgroups_.missing(needed);
   if (!unenforced.empty() && !spec.limits.best_effort) {
-    throw SysError("cgroup", "the run asks for " + join(unenforced) + " limits but this host has no " +
-                                 join(unenforced) + " controller (" + describe_host_cgroups(cgroups_) +
-                                 "); set limits.enforcement: best-effort to run without them",
+    throw SysError("cgroup",
+                   "the run asks for " + join(unenforced) + " limits but this host has no " + join(unenforced) +
+                       " controller (" + describe_host_cgroups(cgroups_) +
+                       "); set limits.enforcement: best-effort to run without them",
                    ENOTSUP);
   }
   std::unique_ptr<RunCgroup> cgroup;
@@ -611,18 +614,18 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
 struct PreparedRun::State {
   RunSpec spec;
   Clock::time_point prepared_at;
-  Result result;                       // warnings so far; the whole Result when prepare failed
+  Result result;  // warnings so far; the whole Result when prepare failed
   bool failed = false;
   std::optional<Workspace> workspace;
-  UniqueFd workspace_dir;              // a forked run's workspace (a tmpfs inside the run)
+  UniqueFd workspace_dir;  // a forked run's workspace (a tmpfs inside the run)
   std::unique_ptr<RunCgroup> cgroup;
-  bool cpu_time_by_cgroup = false;     // else RLIMIT_CPU stands in (best-effort)
-  bool cpu_weight_lowered = false;     // by prepare's start_cpu_weight; finish() restores it
+  bool cpu_time_by_cgroup = false;  // else RLIMIT_CPU stands in (best-effort)
+  bool cpu_weight_lowered = false;  // by prepare's start_cpu_weight; finish() restores it
   std::unique_ptr<EgressProxy> proxy;
-  Pipe sync;                           // the write end stays open for the whole run
+  Pipe sync;  // the write end stays open for the whole run
   UniqueFd error_read, report_read, notify_recv, proxy_recv, stdin_write;
-  UniqueFd listener;                   // a forked run's seccomp listener, received in prepare
-  UniqueFd fork_link;                  // a forked run's socket to its PID 1: closing it ends the run
+  UniqueFd listener;   // a forked run's seccomp listener, received in prepare
+  UniqueFd fork_link;  // a forked run's socket to its PID 1: closing it ends the run
   std::optional<OutputCapture> out, err, fd3;
   std::optional<SandboxProcess> proc;
   bool finished = false;
@@ -668,15 +671,12 @@ bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout) const {
   while (Clock::now() < deadline) {
     pollfd p{state_->proc->pidfd(), POLLIN, 0};
     if (::poll(&p, 1, 2) != 0) return false;  // PID 1 ended (or poll failed)
-    if (pid_t workload = first_child(state_->proc->pid()); workload > 0 && blocked_reading_stdin(workload))
-      return true;
+    if (pid_t workload = first_child(state_->proc->pid()); workload > 0 && blocked_reading_stdin(workload)) return true;
   }
   return false;
 }
 
-int64_t PreparedRun::memory_bytes() const {
-  return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1;
-}
+int64_t PreparedRun::memory_bytes() const { return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1; }
 
 namespace {
 
@@ -734,8 +734,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     RunCgroup* cgroup = st->cgroup.get();
     st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
     auto rlimits = rlimits_for(spec.limits);
-    for (const auto& extra : standin_rlimits(spec.limits, unenforced,
-                                             spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
+    for (const auto& extra :
+         standin_rlimits(spec.limits, unenforced, spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
       rlimits.push_back(extra);
 
     st->sync = Pipe::create();
@@ -923,8 +923,7 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
   if (n != 1 || byte != tag) {
-    if (auto failure = reported_failure(error_fd))
-      throw SysError(failure->step, failure->object, failure->err);
+    if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
     throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
   }
   pid_t pid = 0;
@@ -989,7 +988,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     if (::setsockopt(run_sock.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
       throw SysError("setsockopt", "SO_PASSCRED", errno);
     const SeccompProgram& program = seccomp_for(spec.seccomp);
-    const int request_fds[kForkRequestFds] = {theirs.get(),         in_pipe.read.get(),  out_pipe.write.get(),
+    const int request_fds[kForkRequestFds] = {theirs.get(),         in_pipe.read.get(),   out_pipe.write.get(),
                                               err_pipe.write.get(), fd3_pipe.write.get(), errors.write.get(),
                                               reports.write.get()};
     const std::string request = "F" + fork_request(spec, rlimits, program);
@@ -1001,8 +1000,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
                          " MiB a fork request carries; make them smaller or turn fork_server off",
                      EMSGSIZE);
     send_with_fds(fork_server, request, request_fds, kForkRequestFds, "fork request to the fork server");
-    for (UniqueFd* fd : {&theirs, &in_pipe.read, &out_pipe.write, &err_pipe.write, &fd3_pipe.write, &errors.write,
-                         &reports.write})
+    for (UniqueFd* fd :
+         {&theirs, &in_pipe.read, &out_pipe.write, &err_pipe.write, &fd3_pipe.write, &errors.write, &reports.write})
       fd->reset();
     st->out.emplace(std::move(out_pipe.read), spec.limits.stdout_bytes);
     st->err.emplace(std::move(err_pipe.read), spec.limits.stderr_bytes);
@@ -1048,7 +1047,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
         throw SysError("open", "/proc of the forked run's PID 1", proc_dir ? ESRCH : errno);
       const std::string path = "root" + spec.workspace->inside_path;
       st->workspace_dir.reset(::openat(proc_dir.get(), path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!st->workspace_dir) throw SysError("open", "the forked run's workspace " + spec.workspace->inside_path, errno);
+      if (!st->workspace_dir)
+        throw SysError("open", "the forked run's workspace " + spec.workspace->inside_path, errno);
     }
     // The workload sends its filter's listener just before it runs the runner.
     if (program.notifies()) expect_from_fork(run_sock.get(), 'L', errors.read.get(), "seccomp listener", &st->listener);
@@ -1063,8 +1063,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
   return std::unique_ptr<PreparedRun>(new PreparedRun(std::move(st)));
 }
 
-Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::milliseconds wall_time,
-                           int cancel_fd, std::optional<std::chrono::steady_clock::time_point> started) {
+Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::milliseconds wall_time, int cancel_fd,
+                           std::optional<std::chrono::steady_clock::time_point> started) {
   State& st = *state_;
   const auto start = started.value_or(Clock::now());
   Result result = std::move(st.result);
@@ -1139,8 +1139,8 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
     note_limits_hit(obs, result);
     if (st.workspace || st.workspace_dir) {
       // Every process of the run is gone: nothing can change out/ any more.
-      ArtifactReport report = st.workspace ? st.workspace->collect()
-                                           : collect_artifacts(*spec.workspace, st.workspace_dir.get());
+      ArtifactReport report =
+          st.workspace ? st.workspace->collect() : collect_artifacts(*spec.workspace, st.workspace_dir.get());
       result.artifacts = std::move(report.artifacts);
       result.artifacts_refused = std::move(report.refused);
     }

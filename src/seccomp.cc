@@ -8,8 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <set>
 
@@ -88,9 +88,8 @@ constexpr DenyRule kDenyRules[] = {
 // Namespace flags that clone(2) may not carry: a nested namespace is kernel
 // attack surface the workload has no use for.
 constexpr std::pair<unsigned long, const char*> kCloneNamespaceFlags[] = {
-    {CLONE_NEWNS, "CLONE_NEWNS"},     {CLONE_NEWUTS, "CLONE_NEWUTS"},
-    {CLONE_NEWIPC, "CLONE_NEWIPC"},   {CLONE_NEWUSER, "CLONE_NEWUSER"},
-    {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
+    {CLONE_NEWNS, "CLONE_NEWNS"},         {CLONE_NEWUTS, "CLONE_NEWUTS"}, {CLONE_NEWIPC, "CLONE_NEWIPC"},
+    {CLONE_NEWUSER, "CLONE_NEWUSER"},     {CLONE_NEWPID, "CLONE_NEWPID"}, {CLONE_NEWNET, "CLONE_NEWNET"},
     {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"},
 };
 
@@ -140,8 +139,7 @@ SeccompProgram::SeccompProgram(SeccompProgram&& other) noexcept
 namespace {
 
 // A filter with default_action and the rules every policy starts with.
-FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<SeccompRuleInfo>& rules,
-                     bool notifies) {
+FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<SeccompRuleInfo>& rules, bool notifies) {
   FilterCtx ctx(seccomp_init(default_action), &seccomp_release);
   if (!ctx) throw SysError("seccomp_init", what, ENOMEM);
   // Syscalls of another ABI (i386 via int 0x80, x32) bypass a filter written
@@ -152,8 +150,9 @@ FilterCtx new_filter(uint32_t default_action, const char* what, std::vector<Secc
         "badarch");
   // nsbox sets no_new_privs itself; the exported program must not assume it.
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 0), "nnp");
-  rules.push_back({"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
-                   "another ABI's syscall numbers would bypass this filter; the run is killed and the Result names the call"});
+  rules.push_back(
+      {"(any)", "architecture is not x86_64 (i386, x32)", "KILL_PROCESS",
+       "another ABI's syscall numbers would bypass this filter; the run is killed and the Result names the call"});
   return ctx;
 }
 
@@ -189,7 +188,9 @@ namespace {
 // and KILL, TRACE ranks below USER_NOTIF, so where a run's own filter is
 // stacked on this one, that filter's answer (its supervisor's EPERM, with
 // the call counted) wins.
-uint32_t quiet_deny_action(int err) { return err == EPERM ? SCMP_ACT_TRACE(0) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); }
+uint32_t quiet_deny_action(int err) {
+  return err == EPERM ? SCMP_ACT_TRACE(0) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err));
+}
 
 }  // namespace
 
@@ -214,22 +215,20 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
   }
   for (const auto& [flag, name] : kCloneNamespaceFlags) {
     if (allowed.count(std::string("clone ") + name)) continue;
-    check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1,
-                           SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
+    check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("clone"), 1, SCMP_A0_64(SCMP_CMP_MASKED_EQ, flag, flag)),
           std::string("clone ") + name);
-    rules.push_back({"clone", std::string("flags has ") + name, eperm,
-                     "nested namespaces are kernel attack surface"});
+    rules.push_back({"clone", std::string("flags has ") + name, eperm, "nested namespaces are kernel attack surface"});
   }
   for (const auto& [request, name] : kDeniedIoctls) {
     check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("ioctl"), 1,
                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, 0xffffffffu, request)),
           std::string("ioctl ") + name);
-    rules.push_back({"ioctl", std::string("request is ") + name, eperm,
-                     "injecting input into or steering a shared terminal"});
+    rules.push_back(
+        {"ioctl", std::string("request is ") + name, eperm, "injecting input into or steering a shared terminal"});
   }
-  check(seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1,
-                         SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
-        "personality");
+  check(
+      seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1, SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
+      "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", eperm,
                    "changing the execution domain, e.g. disabling ASLR"});
 
@@ -323,6 +322,7 @@ const std::vector<std::string>& SeccompProgram::strict_syscalls() {
   // What python3 (threads, asyncio, subprocess, numpy) and node 20 use, found
   // by running the runners' test table under this list; each addition over
   // the platform's own allow list is there because a case failed without it.
+  // clang-format off
   static const std::vector<std::string> list = {
       // memory
       "brk", "mmap", "munmap", "mprotect", "mremap", "madvise", "mbind", "pkey_alloc", "membarrier",
@@ -353,6 +353,7 @@ const std::vector<std::string>& SeccompProgram::strict_syscalls() {
       "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "getsockname", "getpeername",
       "setsockopt", "getsockopt", "sendto", "recvfrom", "sendmsg", "recvmsg", "sendmmsg", "recvmmsg", "shutdown",
   };
+  // clang-format on
   return list;
 }
 

@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string listen;
   bool check = false;
-  app.add_option("--config", config_path, "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080");
+  app.add_option("--config", config_path,
+                 "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080");
   app.add_option("--listen", listen, "Listen on ADDR:PORT only (replaces the config's listeners)");
   app.add_flag("--check", check, "Validate the config and its profiles, print a summary and exit");
   try {

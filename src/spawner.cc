@@ -4,8 +4,8 @@
 #include <openssl/evp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -225,8 +225,7 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
 
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
-[[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd,
-                              int fork_server) {
+[[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd, int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
   json result;
   {
@@ -346,8 +345,8 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
 // When ctl closes (the key is retired) the runs it forked may still be
 // running: they live in the fork server's pid namespace, so it is torn down
 // only once they have ended, or after their wall time.
-void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry,
-                             int ctl, int fork_server_end) {
+void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
+                             int fork_server_end) {
   ::prctl(PR_SET_NAME, "nsbox-zygote", 0, 0, 0);
   try {
     const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
@@ -473,9 +472,8 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
           pid_t pid = ::fork();
           if (pid == 0) {
             become_child();
-            UniqueFd fork_server(pool.fork_server_for(*key) >= 0
-                                     ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0)
-                                     : -1);
+            UniqueFd fork_server(
+                pool.fork_server_for(*key) >= 0 ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0) : -1);
             pool.close_in_child();
             worker_main(*launcher, profiles, fd, fork_server.release());
           }
@@ -531,7 +529,8 @@ Spawner Spawner::start(const LauncherOptions& options) {
   do n = ::recv(s.control_.get(), buf, sizeof buf, 0);
   while (n < 0 && errno == EINTR);
   if (n == 1 && buf[0] == kReady) return s;
-  if (n > 1 && buf[0] == kFailed) throw UsageError("the spawner could not start: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
+  if (n > 1 && buf[0] == kFailed)
+    throw UsageError("the spawner could not start: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
   throw SysError("start", "spawner", n < 0 ? errno : EPIPE);
 }
 
@@ -588,8 +587,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     answer.append(buf, static_cast<size_t>(n));
   }
   auto result = json::parse(answer, nullptr, false);
-  if (result.is_discarded() || !result.is_object())
-    return failure_result("The sandbox worker ended without a result");
+  if (result.is_discarded() || !result.is_object()) return failure_result("The sandbox worker ended without a result");
   return result;
 }
 
@@ -598,7 +596,8 @@ void Spawner::configure_pool(const std::vector<PoolEntry>& entries, uint64_t mem
   Pipe pipe = Pipe::create();
   {
     std::lock_guard<std::mutex> lock(*send_mutex_);
-    if (int err = send_fd(control_.get(), pipe.read.get(), kPool)) throw SysError("send pool config", "control socket", err);
+    if (int err = send_fd(control_.get(), pipe.read.get(), kPool))
+      throw SysError("send pool config", "control socket", err);
   }
   pipe.read.reset();
   write_full(pipe.write.get(), text, "write", "pool config");

@@ -19,22 +19,20 @@ constexpr std::array<Unit, 5> kSizeUnits{
     {{"B", 1}, {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40}}};
 
 // SI and shorthand spellings people write, each with the binary unit to use.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kAmbiguousSizeUnits{
-    {{"K", "KiB"},
-     {"k", "KiB"},
-     {"KB", "KiB"},
-     {"kB", "KiB"},
-     {"kb", "KiB"},
-     {"M", "MiB"},
-     {"MB", "MiB"},
-     {"mb", "MiB"},
-     {"G", "GiB"},
-     {"GB", "GiB"},
-     {"gb", "GiB"},
-     {"TB", "TiB"}}};
+constexpr std::array<std::pair<std::string_view, std::string_view>, 12> kAmbiguousSizeUnits{{{"K", "KiB"},
+                                                                                             {"k", "KiB"},
+                                                                                             {"KB", "KiB"},
+                                                                                             {"kB", "KiB"},
+                                                                                             {"kb", "KiB"},
+                                                                                             {"M", "MiB"},
+                                                                                             {"MB", "MiB"},
+                                                                                             {"mb", "MiB"},
+                                                                                             {"G", "GiB"},
+                                                                                             {"GB", "GiB"},
+                                                                                             {"gb", "GiB"},
+                                                                                             {"TB", "TiB"}}};
 
-constexpr std::array<Unit, 4> kDurationUnits{
-    {{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}}};
+constexpr std::array<Unit, 4> kDurationUnits{{{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}}};
 
 constexpr size_t kMaxIntegerDigits = 20;
 constexpr size_t kMaxFractionDigits = 18;
@@ -82,13 +80,12 @@ std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 // integer * factor + fraction * factor / scale, or throws when the fraction
 // does not land on a whole unit or the result exceeds max.
-u128 scale_decimal(const Decimal& d, uint64_t factor, u128 max, const std::string& what,
-                   const std::string& text, const char* whole_unit) {
+u128 scale_decimal(const Decimal& d, uint64_t factor, u128 max, const std::string& what, const std::string& text,
+                   const char* whole_unit) {
   if (d.too_long) throw std::invalid_argument(what + " " + quoted(text) + " is too large");
   u128 frac = d.fraction * factor;
   if (frac % d.fraction_scale != 0) {
-    throw std::invalid_argument(what + " " + quoted(text) + " is not a whole number of " +
-                                whole_unit);
+    throw std::invalid_argument(what + " " + quoted(text) + " is not a whole number of " + whole_unit);
   }
   u128 value = d.integer * factor + frac / d.fraction_scale;
   if (value > max) throw std::invalid_argument(what + " " + quoted(text) + " is too large");
@@ -116,16 +113,14 @@ uint64_t parse_size(const std::string& text) {
     throw std::invalid_argument(kSizeExpected + quoted(text));
   }
   if (d.unit[0] == ' ') {
-    throw std::invalid_argument("unexpected space in " + quoted(text) +
-                                ": write the unit right after the number");
+    throw std::invalid_argument("unexpected space in " + quoted(text) + ": write the unit right after the number");
   }
   const Unit* unit = find_unit(d.unit, kSizeUnits);
   if (!unit) {
     for (const auto& [si, binary] : kAmbiguousSizeUnits) {
       if (si == d.unit) {
-        throw std::invalid_argument("ambiguous size unit " + quoted(d.unit) + " in " +
-                                    quoted(text) + ": use " + std::string(binary) +
-                                    " (sizes are binary: B, KiB, MiB, GiB, TiB)");
+        throw std::invalid_argument("ambiguous size unit " + quoted(d.unit) + " in " + quoted(text) + ": use " +
+                                    std::string(binary) + " (sizes are binary: B, KiB, MiB, GiB, TiB)");
       }
     }
     throw std::invalid_argument("unknown size unit " + quoted(d.unit) + " in " + quoted(text) +
@@ -144,16 +139,14 @@ std::chrono::milliseconds parse_duration(const std::string& text) {
     throw std::invalid_argument(kDurationExpected + quoted(text));
   }
   if (d.unit[0] == ' ') {
-    throw std::invalid_argument("unexpected space in " + quoted(text) +
-                                ": write the unit right after the number");
+    throw std::invalid_argument("unexpected space in " + quoted(text) + ": write the unit right after the number");
   }
   const Unit* unit = find_unit(d.unit, kDurationUnits);
   if (!unit) {
     throw std::invalid_argument("unknown duration unit " + quoted(d.unit) + " in " + quoted(text) +
                                 ": expected ms, s, m or h");
   }
-  constexpr auto kMax =
-      static_cast<u128>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
+  constexpr auto kMax = static_cast<u128>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
   auto ms = scale_decimal(d, unit->factor, kMax, "duration", text, "milliseconds");
   return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(ms));
 }

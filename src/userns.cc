@@ -30,8 +30,7 @@ void write_proc_file(const std::string& path, const std::string& content) {
 
 }  // namespace
 
-bool find_subid_start(const std::string& contents, const std::string& user,
-                      unsigned long* start) {
+bool find_subid_start(const std::string& contents, const std::string& user, unsigned long* start) {
   std::istringstream in(contents);
   std::string line;
   while (std::getline(in, line)) {

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -82,9 +82,8 @@ bool is_mount_point(const std::string& path) {
 // never through a symlink), hashing it; copies nothing when dst_dir < 0.
 // Copies at most limit bytes: an artifact's size was checked against the
 // caps before, and a file that grew since is cut there.
-std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_t uid, gid_t gid,
-                          bool chown_it, std::string* content = nullptr,
-                          uint64_t limit = std::numeric_limits<uint64_t>::max()) {
+std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_t uid, gid_t gid, bool chown_it,
+                          std::string* content = nullptr, uint64_t limit = std::numeric_limits<uint64_t>::max()) {
   UniqueFd out;
   if (dst_dir >= 0) {
     out.reset(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
@@ -186,8 +185,8 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
   try {
     if (::geteuid() == 0) {
       // A tmpfs caps what the run can write to the host's disk.
-      const std::string data = "size=" + std::to_string(spec.size_bytes) + ",mode=0700,uid=" +
-                               std::to_string(host_uid) + ",gid=" + std::to_string(host_gid);
+      const std::string data = "size=" + std::to_string(spec.size_bytes) +
+                               ",mode=0700,uid=" + std::to_string(host_uid) + ",gid=" + std::to_string(host_gid);
       if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0)
         throw SysError("mount workspace tmpfs", path_, errno);
       mounted_ = true;
@@ -231,8 +230,8 @@ ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
   UniqueFd out(::openat(workspace_dir, "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!out) {
     c.report.refused.push_back(std::string("out: ") + (errno == ELOOP || errno == ENOTDIR
-                                                            ? "replaced by something that is not a directory"
-                                                            : std::strerror(errno)));
+                                                           ? "replaced by something that is not a directory"
+                                                           : std::strerror(errno)));
     return c.report;
   }
   UniqueFd dst;

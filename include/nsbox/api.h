@@ -32,7 +32,7 @@ struct RunRequest {
 
 struct DecodedRequest {
   std::optional<RunRequest> request;
-  std::string error;               // why not, when request is empty
+  std::string error;  // why not, when request is empty
   bool unsupported_language = false;
 };
 
@@ -46,8 +46,7 @@ DecodedRequest decode_run_request(std::string_view body, std::optional<Language>
 std::string dump_platform_json(const nlohmann::ordered_json& value);
 
 // {"return": <value>, "error": null} / {"return": null, "error": "<message>"}
-std::string platform_answer(const nlohmann::ordered_json& return_value,
-                            const nlohmann::ordered_json& error);
+std::string platform_answer(const nlohmann::ordered_json& return_value, const nlohmann::ordered_json& error);
 
 // {"output": {"return": null, "error": "Unsupported language: X"}}
 std::string unsupported_language_answer(const std::string& message);

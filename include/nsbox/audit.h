@@ -18,8 +18,8 @@ namespace nsbox {
 struct AuditContext {
   std::string run_id;
   std::string tenant;
-  std::string api;         // "run" (the platform's /run) or "v1" (/v1/runs)
-  std::string client;      // the peer address
+  std::string api;     // "run" (the platform's /run) or "v1" (/v1/runs)
+  std::string client;  // the peer address
   std::string code_sha256;
   uint64_t input_bytes = 0;  // the inputs object as JSON
   double duration_s = 0;     // admission to result
@@ -35,8 +35,7 @@ nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ord
 // One line per connection the run's egress proxy decided: {"time", "event":
 // "egress", "run_id", "tenant", "protocol", "host", "port", "address",
 // "verdict", "reason", "bytes_sent", "bytes_received"}.
-std::vector<nlohmann::ordered_json> egress_audit_records(const AuditContext& ctx,
-                                                         const nlohmann::ordered_json& result);
+std::vector<nlohmann::ordered_json> egress_audit_records(const AuditContext& ctx, const nlohmann::ordered_json& result);
 
 // "2026-11-30T06:24:01.123Z"
 std::string utc_timestamp();

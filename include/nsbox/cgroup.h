@@ -21,9 +21,9 @@
 namespace nsbox {
 
 struct CgroupLimits {
-  uint64_t memory_bytes = 0;            // 0: no memory limit
-  uint64_t pids = 0;                    // 0: no pids limit
-  double cpus = 0;                      // 0: no CPU bandwidth limit
+  uint64_t memory_bytes = 0;  // 0: no memory limit
+  uint64_t pids = 0;          // 0: no pids limit
+  double cpus = 0;            // 0: no CPU bandwidth limit
   bool any() const { return memory_bytes || pids || cpus > 0; }
 };
 
@@ -55,11 +55,11 @@ struct CgroupHost {
 std::set<std::string> controllers_for(const CgroupLimits& limits);
 
 struct CgroupUsage {
-  int64_t cpu_ms = -1;           // -1: unknown
+  int64_t cpu_ms = -1;  // -1: unknown
   int64_t peak_memory_bytes = -1;
   uint64_t oom_kills = 0;
   uint64_t pids_limit_hits = 0;
-  uint64_t cpu_throttled = 0;    // periods in which the run was throttled
+  uint64_t cpu_throttled = 0;  // periods in which the run was throttled
 };
 
 // The cgroup of one run (in every hierarchy that applies). Created before
@@ -107,8 +107,7 @@ constexpr uint32_t kDefaultCpuWeight = 100;
 // `version` ("v1" or "v2") of host. Throws SysError naming the file that
 // could not be created or written.
 std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,
-                                             const CgroupLimits& limits,
-                                             const std::string& run_name);
+                                             const CgroupLimits& limits, const std::string& run_name);
 
 // Name of this process's runs: "run-<pid>-<starttime>-<n>". A run cgroup
 // whose named process is gone (or has another start time) is stale.

@@ -61,7 +61,7 @@ class EgressProxy {
 // ALL_PROXY (socks5h), NO_PROXY in both cases, and NODE_OPTIONS loading the
 // Node preload (kNodeEgressPreload) that makes fetch and http(s) use them.
 std::vector<std::pair<std::string, std::string>> egress_environment(const EgressPolicy& policy,
-                                                                     const std::string& node_options);
+                                                                    const std::string& node_options);
 
 // Where the rootfs keeps the Node preload.
 constexpr const char* kNodeEgressPreload = "/opt/nsbox/egress.js";

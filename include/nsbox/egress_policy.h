@@ -40,7 +40,7 @@ struct Cidr {
 
   bool operator==(const Cidr&) const = default;
   bool contains(const IpAddress& address) const;  // address already canonical
-  std::string str() const;                         // "203.0.113.0/24"
+  std::string str() const;                        // "203.0.113.0/24"
 };
 
 // "203.0.113.0/24", "2001:db8::/32" or a bare address (a /32 or /128).
@@ -73,8 +73,8 @@ struct EgressRule {
 struct EgressPolicy {
   std::vector<EgressRule> allow;
   bool deny_private = true;
-  uint64_t max_connections = 64;        // proxy requests per run, allowed or denied
-  uint64_t max_bytes = 64ull << 20;     // bytes relayed per run, both directions
+  uint64_t max_connections = 64;     // proxy requests per run, allowed or denied
+  uint64_t max_bytes = 64ull << 20;  // bytes relayed per run, both directions
 
   bool operator==(const EgressPolicy&) const = default;
 };
@@ -92,7 +92,7 @@ bool host_matches(std::string_view pattern, std::string_view host);
 
 struct Verdict {
   bool allowed = false;
-  std::string reason;  // the rule that allowed, or why it was refused
+  std::string reason;                     // the rule that allowed, or why it was refused
   const EgressRule* host_rule = nullptr;  // for a name that may be resolved
 };
 
@@ -107,8 +107,7 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
 // port (127.0.0.1/32 reaches loopback; 0.0.0.0/0 does not). host_addresses
 // (the host's own interfaces, which the proxy reaches through loopback) are
 // special too: only a rule naming exactly one of them opens it.
-Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule,
-                      const IpAddress& address, uint16_t port,
+Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address, uint16_t port,
                       const std::vector<IpAddress>& host_addresses = {});
 
 // The addresses of this host's interfaces (getifaddrs), IPv6 link-local

@@ -23,7 +23,7 @@ const char* to_string(ProxyProtocol protocol);  // "http-connect", "http", "sock
 
 // Where a request wants to go: a normalized host name or an address literal.
 struct ProxyTarget {
-  std::string host;                // normalized name, or the address as text
+  std::string host;                  // normalized name, or the address as text
   std::optional<IpAddress> address;  // set when the request named an address
   uint16_t port = 0;
 };

@@ -32,9 +32,9 @@ struct EgressConnection {
   std::string protocol;  // http-connect, http, socks5
   std::string host;      // as requested (normalized)
   uint16_t port = 0;
-  std::string address;   // the address connected to, or that was refused; empty if none
+  std::string address;  // the address connected to, or that was refused; empty if none
   EgressVerdict verdict = EgressVerdict::kDenied;
-  std::string reason;    // the rule that allowed it, or why it was refused or failed
+  std::string reason;           // the rule that allowed it, or why it was refused or failed
   uint64_t bytes_sent = 0;      // sandbox -> upstream
   uint64_t bytes_received = 0;  // upstream -> sandbox
 };

@@ -38,7 +38,6 @@ std::string fork_server_refusal(const RunSpec& spec);
 RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd);
 
 // The settings the zygote applies to one run (JSON after the 'F').
-std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& rlimits,
-                         const SeccompProgram& program);
+std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& rlimits, const SeccompProgram& program);
 
 }  // namespace nsbox

@@ -16,12 +16,10 @@ namespace nsbox {
 class Metrics {
  public:
   // Upper bounds of the latency histogram, in seconds.
-  static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                      0.5,   1,    2.5,   5,    10,  30};
+  static constexpr std::array<double, 12> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
   // One finished run: status is the result's (ok, error, timeout, oom, killed).
-  void run_finished(const std::string& tenant, const std::string& language,
-                    const std::string& status, double seconds);
+  void run_finished(const std::string& tenant, const std::string& language, const std::string& status, double seconds);
   // A run's egress totals (its Result's `network`, or null without egress).
   void egress_finished(const std::string& tenant, const nlohmann::ordered_json& network);
   // A request refused before any sandbox: overload, unauthorized, too_large,
@@ -34,8 +32,8 @@ class Metrics {
     uint32_t max_running = 0;
     uint32_t max_queued = 0;
     struct Pool {
-      uint64_t idle = 0, starting = 0, idle_memory_bytes = 0, hits = 0, misses = 0, refills = 0,
-               refill_ms_total = 0, retired = 0;
+      uint64_t idle = 0, starting = 0, idle_memory_bytes = 0, hits = 0, misses = 0, refills = 0, refill_ms_total = 0,
+               retired = 0;
     } pool;
   };
   std::string render(const Gauges& gauges) const;

@@ -22,14 +22,14 @@
 namespace nsbox {
 
 enum class MountKind {
-  kMakePrivate,   // mount --make-rprivate /
-  kRootOverlay,   // the read-only overlay of the rootfs, mounted on the rootfs path
-  kRootTmpfs,     // the tmpfs skeleton of the new root, mounted over that overlay
-  kBind,          // bind source on target (not recursive), then remount_flags if set
-  kFilesystem,    // mount fstype on target with flags and data (proc, tmpfs, devpts)
-  kRemount,       // change flags of the mount at target
-  kSymlink,       // symlink source -> target
-  kPivotRoot,     // make the new root the root and detach the old one
+  kMakePrivate,  // mount --make-rprivate /
+  kRootOverlay,  // the read-only overlay of the rootfs, mounted on the rootfs path
+  kRootTmpfs,    // the tmpfs skeleton of the new root, mounted over that overlay
+  kBind,         // bind source on target (not recursive), then remount_flags if set
+  kFilesystem,   // mount fstype on target with flags and data (proc, tmpfs, devpts)
+  kRemount,      // change flags of the mount at target
+  kSymlink,      // symlink source -> target
+  kPivotRoot,    // make the new root the root and detach the old one
 };
 
 // How the child finds a bind's source. Sources are opened by the child itself
@@ -49,13 +49,13 @@ struct RawMountOp {
   MountKind kind;
   SourceKind source_kind;
   const char* source;
-  const char* target;           // path inside the sandbox (absolute), or the root for kRootTmpfs
+  const char* target;  // path inside the sandbox (absolute), or the root for kRootTmpfs
   const char* fstype;
   const char* data;
   unsigned long flags;
   unsigned long remount_flags;  // 0: no remount after a bind
   TargetCreate create;
-  bool optional;                // a missing target or source is skipped, not fatal
+  bool optional;  // a missing target or source is skipped, not fatal
 };
 
 // The paths a sandbox hides: nsbox's built-in /proc files and directories
@@ -112,7 +112,6 @@ UniqueFd open_no_symlinks(const std::string& path, const std::string& what);
 
 // Replays the plan in the child. Returns 0 or errno; on failure *step and
 // *object name what failed. Async-signal-safe.
-int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step,
-                     const char** object) noexcept;
+int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step, const char** object) noexcept;
 
 }  // namespace nsbox

@@ -31,10 +31,10 @@ struct ListenerConfig {
 
 struct TenantConfig {
   std::string name;
-  std::string token;              // empty: reachable only as a listener's tenant
-  std::string profile_ref;        // as written: a name or a path
-  Profile profile;                // loaded and validated
-  std::string profile_yaml;       // to_yaml(profile): what every run of it uses
+  std::string token;         // empty: reachable only as a listener's tenant
+  std::string profile_ref;   // as written: a name or a path
+  Profile profile;           // loaded and validated
+  std::string profile_yaml;  // to_yaml(profile): what every run of it uses
 };
 
 struct NodeConfig {
@@ -42,17 +42,17 @@ struct NodeConfig {
   std::vector<ListenerConfig> listeners;
   std::vector<TenantConfig> tenants;
   std::string default_tenant;
-  uint32_t max_concurrent = 0;   // sandboxes at once; 0 in a file is refused
-  uint32_t queue_depth = 0;      // requests waiting for a sandbox slot
+  uint32_t max_concurrent = 0;  // sandboxes at once; 0 in a file is refused
+  uint32_t queue_depth = 0;     // requests waiting for a sandbox slot
   uint64_t body_limit = 2ull << 20;
-  std::chrono::milliseconds client_timeout{10000};   // per read/write on a connection
-  std::chrono::milliseconds grace_period{30000};     // SIGTERM: time left to running sandboxes
-  uint32_t pool_size = 0;        // warm sandboxes kept per tenant and language (0: none)
-  uint64_t pool_memory = 1ull << 30;  // what the idle warm sandboxes may hold together
-  std::string audit_log;         // empty: no audit file (the built-in config)
+  std::chrono::milliseconds client_timeout{10000};  // per read/write on a connection
+  std::chrono::milliseconds grace_period{30000};    // SIGTERM: time left to running sandboxes
+  uint32_t pool_size = 0;                           // warm sandboxes kept per tenant and language (0: none)
+  uint64_t pool_memory = 1ull << 30;                // what the idle warm sandboxes may hold together
+  std::string audit_log;                            // empty: no audit file (the built-in config)
   std::string log_level = "info";
   std::vector<std::string> cors_origins;
-  std::string cgroup_parent;     // as --cgroup-parent; not reloadable
+  std::string cgroup_parent;  // as --cgroup-parent; not reloadable
 
   const TenantConfig* tenant(const std::string& name) const;
   // The tenant whose token equals token, compared in constant time against
@@ -68,8 +68,7 @@ ListenerConfig parse_listen_address(const std::string& text);
 // Loads FILE; profiles are looked up in search, and paths in the file are
 // relative to the file's directory.
 NodeConfig load_node_config(const std::string& path, const ProfileSearch& search);
-NodeConfig load_node_config_text(const std::string& text, const std::string& file,
-                                 const ProfileSearch& search);
+NodeConfig load_node_config_text(const std::string& text, const std::string& file, const ProfileSearch& search);
 
 // The node without a config file: one listener on 127.0.0.1:8080, one
 // tenant "default" with the default profile, no token needed.

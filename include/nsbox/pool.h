@@ -91,14 +91,14 @@ class ParsedProfiles {
 // Counters kept by the spawner in memory shared with the server (one
 // MAP_SHARED page), read for /metrics.
 struct PoolStats {
-  std::atomic<uint64_t> idle{0};             // sandboxes ready and waiting
-  std::atomic<uint64_t> starting{0};         // being started
+  std::atomic<uint64_t> idle{0};               // sandboxes ready and waiting
+  std::atomic<uint64_t> starting{0};           // being started
   std::atomic<uint64_t> idle_memory_bytes{0};  // what the idle ones hold
-  std::atomic<uint64_t> hits{0};             // jobs given a warm sandbox
-  std::atomic<uint64_t> misses{0};           // jobs of a pooled key that found none ready
-  std::atomic<uint64_t> refills{0};          // warm sandboxes that became ready
-  std::atomic<uint64_t> refill_ms_total{0};  // their start-up times, summed
-  std::atomic<uint64_t> retired{0};          // idle sandboxes dropped (reload, shutdown)
+  std::atomic<uint64_t> hits{0};               // jobs given a warm sandbox
+  std::atomic<uint64_t> misses{0};             // jobs of a pooled key that found none ready
+  std::atomic<uint64_t> refills{0};            // warm sandboxes that became ready
+  std::atomic<uint64_t> refill_ms_total{0};    // their start-up times, summed
+  std::atomic<uint64_t> retired{0};            // idle sandboxes dropped (reload, shutdown)
 };
 
 // The message a pool worker sends when its sandbox is ready: 'R' and the
@@ -171,11 +171,11 @@ class WarmPool {
   };
   struct Key {
     PoolEntry entry;
-    std::vector<Worker> workers;  // starting or ready
-    Worker keeper;                // entry.fork_server: the fork server's keeper (pid -1: none)
-    UniqueFd fork_server;         // where the key's workers send their fork requests
-    uint32_t failures = 0;        // starts in a row that ended before being ready
-    std::chrono::steady_clock::time_point retry_at;  // no start before (after failures)
+    std::vector<Worker> workers;                      // starting or ready
+    Worker keeper;                                    // entry.fork_server: the fork server's keeper (pid -1: none)
+    UniqueFd fork_server;                             // where the key's workers send their fork requests
+    uint32_t failures = 0;                            // starts in a row that ended before being ready
+    std::chrono::steady_clock::time_point retry_at;   // no start before (after failures)
     std::chrono::steady_clock::time_point refill_at;  // no start before (after a take)
   };
 

@@ -47,15 +47,15 @@ struct ProfileMount {
 };
 
 struct ProfileTmpfs {
-  std::string path;    // absolute path inside the sandbox
-  uint64_t size = 0;   // bytes
+  std::string path;   // absolute path inside the sandbox
+  uint64_t size = 0;  // bytes
 
   bool operator==(const ProfileTmpfs&) const = default;
 };
 
 struct ProfileWorkspace {
-  std::string path = "/workspace";      // inside the sandbox
-  uint64_t max_artifacts = 64;          // files under <path>/out returned
+  std::string path = "/workspace";            // inside the sandbox
+  uint64_t max_artifacts = 64;                // files under <path>/out returned
   uint64_t max_artifact_bytes = 16ull << 20;  // their total size
 
   bool operator==(const ProfileWorkspace&) const = default;
@@ -68,8 +68,8 @@ struct ProfileLimits {
   std::chrono::milliseconds cpu_time{30000};
   uint64_t memory = 512ull << 20;
   uint64_t pids = 128;
-  double cpus = 1.0;                    // CPU bandwidth, in CPUs
-  uint64_t tmpfs = 64ull << 20;         // size of /tmp unless filesystem.tmpfs says otherwise
+  double cpus = 1.0;             // CPU bandwidth, in CPUs
+  uint64_t tmpfs = 64ull << 20;  // size of /tmp unless filesystem.tmpfs says otherwise
   uint64_t stdout_bytes = 1ull << 20;
   uint64_t stderr_bytes = 1ull << 20;
   uint64_t open_files = 256;
@@ -86,13 +86,13 @@ enum class NetworkMode {
 
 struct Profile {
   std::string name;
-  std::string source_file;              // where it was loaded from ("<embedded>" for built-ins)
-  std::vector<std::string> inheritance; // names of the profiles it extends, nearest first
+  std::string source_file;               // where it was loaded from ("<embedded>" for built-ins)
+  std::vector<std::string> inheritance;  // names of the profiles it extends, nearest first
   ProfileLimits limits;
-  std::string rootfs = "default";       // "default" or an absolute path
+  std::string rootfs = "default";  // "default" or an absolute path
   std::vector<ProfileMount> mounts;
-  std::vector<ProfileTmpfs> tmpfs;      // /tmp is always present
-  std::vector<std::string> mask;        // absolute paths hidden inside
+  std::vector<ProfileTmpfs> tmpfs;  // /tmp is always present
+  std::vector<std::string> mask;    // absolute paths hidden inside
   std::optional<ProfileWorkspace> workspace;
   std::map<std::string, std::string> env;
   // "default", "strict", an absolute rule file, or "allow" exactly when
@@ -103,7 +103,7 @@ struct Profile {
   // (x86_64); everything else is denied (EPERM).
   std::vector<std::string> seccomp_allow;
   NetworkMode network = NetworkMode::kNone;
-  EgressPolicy egress;                  // used with NetworkMode::kEgress
+  EgressPolicy egress;  // used with NetworkMode::kEgress
   uid_t uid = 65534;
   gid_t gid = 65534;
   // The node's warm runs of these languages are forked from a fork server

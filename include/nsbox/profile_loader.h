@@ -31,8 +31,7 @@ Profile load_profile_file(const std::string& path, const ProfileSearch& search);
 Profile load_profile(const std::string& name_or_path, const ProfileSearch& search);
 
 // As load_profile_file, from text; file is the name used in errors.
-Profile load_profile_text(const std::string& text, const std::string& file,
-                          const ProfileSearch& search);
+Profile load_profile_text(const std::string& text, const std::string& file, const ProfileSearch& search);
 
 // The fully resolved profile, every key in schema order, units formatted,
 // no `extends`: load_profile_text(to_yaml(p)) equals p except for

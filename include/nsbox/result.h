@@ -27,8 +27,8 @@ const char* to_string(RunStatus status);
 
 struct Result {
   RunStatus status = RunStatus::kSetupError;
-  int exit_code = 0;           // the workload's exit code, or 128+signal
-  std::optional<int> signal;   // the signal that ended the workload
+  int exit_code = 0;          // the workload's exit code, or 128+signal
+  std::optional<int> signal;  // the signal that ended the workload
   std::string stdout_data;
   std::string stderr_data;
   bool stdout_truncated = false;
@@ -44,10 +44,10 @@ struct Result {
   std::map<std::string, uint64_t> denied_syscalls;
   // With network egress: every connection the proxy decided, and the totals.
   std::optional<EgressReport> network;
-  std::vector<Artifact> artifacts;    // files the run left in <workspace>/out
+  std::vector<Artifact> artifacts;             // files the run left in <workspace>/out
   std::vector<std::string> artifacts_refused;  // what was not returned, and why
-  std::string error;           // setup failure as "step object: strerror"
-  std::string fd3_data;        // RunSpec::capture_fd3: what the workload wrote on fd 3
+  std::string error;                           // setup failure as "step object: strerror"
+  std::string fd3_data;                        // RunSpec::capture_fd3: what the workload wrote on fd 3
   bool fd3_truncated = false;
 
   // The code `nsbox run` exits with: the workload's, 128+signal, or 125/126/127

@@ -23,8 +23,7 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits);
 // enforce: RLIMIT_DATA per process for memory, RLIMIT_NPROC (per user, in the
 // sandbox's own user namespace) for pids, RLIMIT_CPU per process for cpu_time.
 // Each is weaker than the cgroup (per process, not per run); the Result says so.
-std::vector<RlimitSetting> standin_rlimits(const Limits& limits,
-                                           const std::set<std::string>& missing,
+std::vector<RlimitSetting> standin_rlimits(const Limits& limits, const std::set<std::string>& missing,
                                            bool cpu_time_unenforced);
 
 // Applies every setting; returns 0 or errno and the failing resource's name.

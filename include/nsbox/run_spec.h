@@ -22,10 +22,10 @@ struct Limits {
   uint64_t tmpfs_bytes = 64ull << 20;      // size cap of /tmp
   uint64_t stdout_bytes = 1ull << 20;      // capture caps (--json)
   uint64_t stderr_bytes = 1ull << 20;
-  uint64_t open_files = 1024;              // RLIMIT_NOFILE
-  uint64_t file_size = 256ull << 20;       // RLIMIT_FSIZE
-  CgroupLimits cgroup;                     // memory, pids, cpus (cgroup controllers)
-  std::chrono::milliseconds cpu_time{0};   // CPU time of the whole run; 0: none
+  uint64_t open_files = 1024;             // RLIMIT_NOFILE
+  uint64_t file_size = 256ull << 20;      // RLIMIT_FSIZE
+  CgroupLimits cgroup;                    // memory, pids, cpus (cgroup controllers)
+  std::chrono::milliseconds cpu_time{0};  // CPU time of the whole run; 0: none
   // Run even when the host cannot enforce a limit, with rlimits standing in
   // where they can and a warning in the Result; otherwise such a run is refused.
   bool best_effort = false;
@@ -59,18 +59,18 @@ struct SeccompChoice {
 };
 
 struct RunSpec {
-  std::string rootfs;                 // host path of the root tree
-  std::vector<std::string> argv;      // argv[0] is searched in PATH inside
+  std::string rootfs;                                    // host path of the root tree
+  std::vector<std::string> argv;                         // argv[0] is searched in PATH inside
   std::vector<std::pair<std::string, std::string>> env;  // the whole environment
   std::string cwd = "/tmp";
   std::string hostname = "sandbox";
-  uid_t sandbox_uid = 65534;          // ids inside the sandbox
+  uid_t sandbox_uid = 65534;  // ids inside the sandbox
   gid_t sandbox_gid = 65534;
   Limits limits;
   SeccompChoice seccomp;
-  std::vector<BindMount> binds;        // in order; parents before children
-  std::vector<TmpfsMount> tmpfs;       // besides /tmp
-  std::vector<std::string> masks;      // paths hidden inside, besides the built-in ones
+  std::vector<BindMount> binds;            // in order; parents before children
+  std::vector<TmpfsMount> tmpfs;           // besides /tmp
+  std::vector<std::string> masks;          // paths hidden inside, besides the built-in ones
   std::optional<WorkspaceSpec> workspace;  // a per-run read-write directory
   StdioMode stdio = StdioMode::kInherit;
   // kCapture only: bytes fed to the workload's stdin (then EOF) instead of
@@ -95,8 +95,7 @@ std::vector<std::pair<std::string, std::string>> default_environment();
 std::pair<std::string, std::string> parse_env_assignment(const std::string& text);
 
 // Sets key=value in env, replacing an existing key.
-void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key,
-             std::string value);
+void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key, std::string value);
 
 // Checks the spec for values no run may have; throws UsageError naming the field.
 void validate(const RunSpec& spec);

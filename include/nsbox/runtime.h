@@ -33,18 +33,17 @@ struct ExecRequest {
 // The outcome in the platform's shape plus nsbox's details.
 struct ExecOutcome {
   nlohmann::ordered_json return_value;  // null unless status is ok
-  std::optional<std::string> error;   // the platform's "error"
-  std::string error_type;             // runner's: syntax|exception|serialization|contract, or ours: timeout|oom|killed|runner
-  std::string status;                 // ok | error | timeout | oom | killed
-  Result run;                         // stdout, stderr, usage, limits hit, warnings
+  std::optional<std::string> error;     // the platform's "error"
+  std::string error_type;  // runner's: syntax|exception|serialization|contract, or ours: timeout|oom|killed|runner
+  std::string status;      // ok | error | timeout | oom | killed
+  Result run;              // stdout, stderr, usage, limits hit, warnings
 };
 
 // Runs the request in a sandbox built from base (rootfs, limits, env,
 // mounts), which this function completes with the runner's argv, stdin and
 // result channel. Never throws for the user's code's failures; a sandbox
 // that could not be built comes back with run.status == setup_error.
-ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request,
-                     int cancel_fd = -1);
+ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd = -1);
 
 // The spec that runs language's runner on base, with the request to come on
 // its stdin: what a warm sandbox is prepared from (Launcher::prepare).

@@ -23,9 +23,8 @@ namespace nsbox {
 
 // Namespaces every sandbox gets. All of them, always: there is no option to
 // share one with the host.
-constexpr unsigned long kSandboxNamespaces = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
-                                             CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                                             CLONE_NEWCGROUP;
+constexpr unsigned long kSandboxNamespaces =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
 
 // Holds what is the same for every run (the compiled seccomp program, the
 // prepared capability sets, the host ids) so a launch only does per-run work.

@@ -31,8 +31,8 @@ namespace nsbox {
 
 struct Job {
   std::string run_id;
-  std::string profile_name;   // for errors
-  std::string profile_yaml;   // the resolved profile (to_yaml), loaded by the worker
+  std::string profile_name;  // for errors
+  std::string profile_yaml;  // the resolved profile (to_yaml), loaded by the worker
   RunRequest request;
 };
 

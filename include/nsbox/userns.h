@@ -25,8 +25,7 @@ HostIds choose_host_ids();
 
 // Parses the first range of `user` in a subid file ("name:start:count"),
 // returning false when there is none. Exposed for tests.
-bool find_subid_start(const std::string& file_contents, const std::string& user,
-                      unsigned long* start);
+bool find_subid_start(const std::string& file_contents, const std::string& user, unsigned long* start);
 
 // The single-line map "inside host 1\n".
 std::string id_map_line(unsigned long inside, unsigned long host);

@@ -13,16 +13,16 @@ namespace nsbox {
 
 struct WorkspaceSpec {
   std::string inside_path = "/workspace";
-  uint64_t size_bytes = 64ull << 20;        // tmpfs cap of the whole workspace
+  uint64_t size_bytes = 64ull << 20;  // tmpfs cap of the whole workspace
   uint64_t max_artifacts = 64;
   uint64_t max_artifact_bytes = 16ull << 20;
   std::vector<std::pair<std::string, std::string>> inputs;  // host file, name inside
-  std::string artifacts_dir;                 // copy artifacts here when set
-  bool keep_content = false;                 // return each artifact's bytes in Artifact::content
+  std::string artifacts_dir;                                // copy artifacts here when set
+  bool keep_content = false;                                // return each artifact's bytes in Artifact::content
 };
 
 struct Artifact {
-  std::string name;   // relative to out/, e.g. "plot.png" or "sub/data.csv"
+  std::string name;  // relative to out/, e.g. "plot.png" or "sub/data.csv"
   uint64_t size = 0;
   std::string sha256;
   std::string content;  // the bytes, only when WorkspaceSpec::keep_content

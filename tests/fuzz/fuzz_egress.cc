@@ -21,12 +21,12 @@ namespace {
 
 using namespace nsbox;
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      __builtin_trap();                                                      \
-    }                                                                        \
+      __builtin_trap();                                                             \
+    }                                                                               \
   } while (0)
 
 std::string lower(std::string_view s) {
@@ -106,9 +106,8 @@ void check_http(std::string_view head) {
   // One Host header, first, naming the checked target.
   const size_t host_at = l.find("\r\nhost:");
   CHECK(host_at == line.size() && l.find("\r\nhost:", host_at + 1) == std::string::npos);
-  const std::string authority =
-      (r.target.address && r.target.address->v6 ? "[" + r.target.host + "]" : r.target.host) +
-      (r.target.port == 80 ? "" : ":" + std::to_string(r.target.port));
+  const std::string authority = (r.target.address && r.target.address->v6 ? "[" + r.target.host + "]" : r.target.host) +
+                                (r.target.port == 80 ? "" : ":" + std::to_string(r.target.port));
   CHECK(up.compare(host_at, 10 + authority.size(), "\r\nHost: " + authority + "\r\n") == 0);
 }
 
@@ -189,7 +188,7 @@ void check_address_verdicts(const IpAddress& address, uint16_t port) {
     CHECK(!none.reason.empty());
     CHECK(check_address(open, nullptr, address, port).allowed == cidr_allows);
     const Verdict named = check_address(p, &p.allow[0], address, port);
-    if (!special) CHECK(named.allowed);            // a public address of an allowed name
+    if (!special) CHECK(named.allowed);                // a public address of an allowed name
     if (named.allowed && special) CHECK(cidr_allows);  // deny_private: only a cidr rule reaches it
     CHECK(check_address(open, &open.allow[0], address, port).allowed);
   }

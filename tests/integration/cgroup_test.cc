@@ -1,8 +1,8 @@
 // Resource limits through cgroups (v1 on hybrid hosts, v2 in the VM rig):
 // each test runs a real workload against a real limit.
-#include <signal.h>
 #include <dirent.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,8 +96,7 @@ TEST_F(Cgroups, AChildJoinsItsRunCgroupThroughTheFdsNsboxOpened) {
     ::close(out[0]);
     ::close(hold[1]);
     // As the sandbox's user, in a user namespace of its own, as PID 1 is.
-    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0 ||
-        ::unshare(CLONE_NEWUSER) != 0)
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0 || ::unshare(CLONE_NEWUSER) != 0)
       ::_exit(2);
     for (const auto& fd : join)
       if (::write(fd.get(), "0", 1) != 1) ::_exit(3);
@@ -271,10 +270,18 @@ TEST_F(Cgroups, NoRunCgroupRemainsAfterManyRunsOfEveryKind) {
     RunSpec spec = capture_spec({"true"});
     spec.limits.cgroup = {.memory_bytes = 64 << 20, .pids = 32, .cpus = 1};
     switch (i % 4) {
-      case 0: break;
-      case 1: spec.argv = {"sh", "-c", "sleep 10"}; spec.limits.wall_time = std::chrono::milliseconds(30); break;
-      case 2: spec.argv = {"sh", "-c", "kill -KILL $$"}; break;
-      case 3: if (i % 40 == 3) spec.argv = {"python3", "-c", "b = bytearray(100 << 20)"}; break;
+      case 0:
+        break;
+      case 1:
+        spec.argv = {"sh", "-c", "sleep 10"};
+        spec.limits.wall_time = std::chrono::milliseconds(30);
+        break;
+      case 2:
+        spec.argv = {"sh", "-c", "kill -KILL $$"};
+        break;
+      case 3:
+        if (i % 40 == 3) spec.argv = {"python3", "-c", "b = bytearray(100 << 20)"};
+        break;
     }
     run_with(spec);
   }
@@ -318,8 +325,7 @@ TEST(FailClosed, MemoryLimitWithoutMemoryControllerIsRefused) {
   Result r = l.run(spec);
   EXPECT_EQ(r.status, RunStatus::kSetupError);
   EXPECT_EQ(r.exit_code, 125);
-  EXPECT_NE(r.error.find("the run asks for memory limits but this host has no memory controller"),
-            std::string::npos)
+  EXPECT_NE(r.error.find("the run asks for memory limits but this host has no memory controller"), std::string::npos)
       << r.error;
   EXPECT_NE(r.error.find("best-effort"), std::string::npos);
 }
@@ -335,8 +341,7 @@ TEST(FailClosed, BestEffortRunsWithAWarningAndStandIns) {
   Result r = l.run(spec);
   ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
   EXPECT_EQ(r.stdout_data, "64 50\n") << "RLIMIT_DATA and RLIMIT_NPROC stand in";
-  EXPECT_NE(joined(r.warnings).find("memory limit applied per process as RLIMIT_DATA"),
-            std::string::npos)
+  EXPECT_NE(joined(r.warnings).find("memory limit applied per process as RLIMIT_DATA"), std::string::npos)
       << joined(r.warnings);
 }
 
@@ -371,8 +376,7 @@ TEST(FailClosed, BestEffortCpuTimeWithoutCpuAccountingFallsBackToRlimitCpu) {
   auto host = v1_host_without_cpuacct();
   if (!host) GTEST_SKIP() << "needs cgroup v1 memory, cpu and pids hierarchies";
   Launcher l(LauncherOptions{.cgroup_parent = {}, .cgroup_host = *host});
-  RunSpec spec = capture_spec(
-      {"python3", "-c", "import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0])\n"});
+  RunSpec spec = capture_spec({"python3", "-c", "import resource as r\nprint(r.getrlimit(r.RLIMIT_CPU)[0])\n"});
   spec.limits.cpu_time = std::chrono::seconds(2);
   spec.limits.cgroup.memory_bytes = 256 << 20;
   spec.limits.best_effort = true;

@@ -80,8 +80,8 @@ class Upstream {
       lines_ += line + "\n";
     }
     std::string body = line.find(" /big ") != std::string::npos ? std::string(200000, 'x') : "upstream saw: " + line;
-    std::string out = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
-                      "\r\nConnection: close\r\n\r\n" + body;
+    std::string out =
+        "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     for (size_t off = 0; off < out.size();) {
       ssize_t n = ::send(c, out.data() + off, out.size() - off, MSG_NOSIGNAL);
       if (n <= 0) break;
@@ -104,8 +104,8 @@ class TlsUpstream {
  public:
   explicit TlsUpstream(const TempDir& dir) : port_(free_port()) {
     const std::string key = dir.path() + "/key.pem", cert = dir.path() + "/cert.pem";
-    const std::string gen = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " +
-                            key + " -out " + cert + " >/dev/null 2>&1";
+    const std::string gen = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " + key +
+                            " -out " + cert + " >/dev/null 2>&1";
     if (std::system(gen.c_str()) != 0) throw std::runtime_error("openssl req failed");
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -159,21 +159,30 @@ TEST(Egress, PythonClientsReachAnAllowedLoopbackServer) {
   TempDir dir;
   const std::string p = std::to_string(up.port());
   const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n" + port_rule(up.port()));
-  json r = run_in(profile, {"python3", "-c",
-                            "import http.client, os, socket, struct, urllib.request, requests\n"
-                            "print('proxy', os.environ['HTTP_PROXY'], os.environ['ALL_PROXY'])\n"
-                            "print('urllib', urllib.request.urlopen('http://127.0.0.1:" + p + "/u?q=1').read().decode())\n"
-                            "print('requests', requests.get('http://127.0.0.1:" + p + "/r').text)\n"
-                            "c = http.client.HTTPConnection('127.0.0.1', 3128)\n"
-                            "c.set_tunnel('127.0.0.1', " + p + ")\n"
-                            "c.request('GET', '/tunnel')\n"
-                            "print('connect', c.getresponse().read().decode())\n"
-                            "s = socket.create_connection(('127.0.0.1', 3128))\n"
-                            "s.sendall(b'\\x05\\x01\\x00'); assert s.recv(2) == b'\\x05\\x00'\n"
-                            "s.sendall(b'\\x05\\x01\\x00\\x01' + socket.inet_aton('127.0.0.1') + struct.pack('>H', " + p + "))\n"
-                            "assert s.recv(10)[1] == 0\n"
-                            "s.sendall(b'GET /socks HTTP/1.0\\r\\n\\r\\n')\n"
-                            "print('socks5', s.makefile('rb').read().decode().split('\\r\\n\\r\\n')[1])\n"});
+  json r =
+      run_in(profile, {"python3", "-c",
+                       "import http.client, os, socket, struct, urllib.request, requests\n"
+                       "print('proxy', os.environ['HTTP_PROXY'], os.environ['ALL_PROXY'])\n"
+                       "print('urllib', urllib.request.urlopen('http://127.0.0.1:" +
+                           p +
+                           "/u?q=1').read().decode())\n"
+                           "print('requests', requests.get('http://127.0.0.1:" +
+                           p +
+                           "/r').text)\n"
+                           "c = http.client.HTTPConnection('127.0.0.1', 3128)\n"
+                           "c.set_tunnel('127.0.0.1', " +
+                           p +
+                           ")\n"
+                           "c.request('GET', '/tunnel')\n"
+                           "print('connect', c.getresponse().read().decode())\n"
+                           "s = socket.create_connection(('127.0.0.1', 3128))\n"
+                           "s.sendall(b'\\x05\\x01\\x00'); assert s.recv(2) == b'\\x05\\x00'\n"
+                           "s.sendall(b'\\x05\\x01\\x00\\x01' + socket.inet_aton('127.0.0.1') + struct.pack('>H', " +
+                           p +
+                           "))\n"
+                           "assert s.recv(10)[1] == 0\n"
+                           "s.sendall(b'GET /socks HTTP/1.0\\r\\n\\r\\n')\n"
+                           "print('socks5', s.makefile('rb').read().decode().split('\\r\\n\\r\\n')[1])\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
   const std::string out = r["stdout"];
   EXPECT_NE(out.find("proxy http://127.0.0.1:3128 socks5h://127.0.0.1:3128"), std::string::npos) << out;
@@ -200,21 +209,30 @@ TEST(Egress, NodeFetchHttpAndHttpsReachAnAllowedServer) {
   TempDir dir;
   TlsUpstream tls(dir);
   const std::string p = std::to_string(up.port()), t = std::to_string(tls.port());
-  const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n    - {cidr: 127.0.0.1/32, ports: [" + p +
-                                                     ", " + t + "]}\n");
-  json r = run_in(profile, {"node", "-e",
-                            "const http = require('http'), https = require('https');\n"
-                            "const get = (m, url, o) => new Promise((ok, no) => m.get(url, o || {}, res => {\n"
-                            "  let b = ''; res.on('data', d => b += d); res.on('end', () => ok(b)); }).on('error', no));\n"
-                            "(async () => {\n"
-                            "  console.log('fetch', await (await fetch('http://127.0.0.1:" + p + "/f')).text());\n"
-                            "  console.log('http', await get(http, 'http://127.0.0.1:" + p + "/h'));\n"
-                            "  const page = await get(https, 'https://127.0.0.1:" + t + "/', {rejectUnauthorized: false});\n"
-                            "  console.log('https', page.includes('s_server') ? 'tls-page' : page);\n"
-                            "  process.env.NODE_TLS_REJECT_UNAUTHORIZED = '0';\n"
-                            "  const f = await (await fetch('https://127.0.0.1:" + t + "/')).text();\n"
-                            "  console.log('fetch-https', f.includes('s_server') ? 'tls-page' : f);\n"
-                            "})().catch(e => { console.log('ERR', e, e.cause); process.exit(1); });\n"});
+  const std::string profile =
+      write_profile(dir, "  mode: egress\n  allow:\n    - {cidr: 127.0.0.1/32, ports: [" + p + ", " + t + "]}\n");
+  json r =
+      run_in(profile, {"node", "-e",
+                       "const http = require('http'), https = require('https');\n"
+                       "const get = (m, url, o) => new Promise((ok, no) => m.get(url, o || {}, res => {\n"
+                       "  let b = ''; res.on('data', d => b += d); res.on('end', () => ok(b)); }).on('error', no));\n"
+                       "(async () => {\n"
+                       "  console.log('fetch', await (await fetch('http://127.0.0.1:" +
+                           p +
+                           "/f')).text());\n"
+                           "  console.log('http', await get(http, 'http://127.0.0.1:" +
+                           p +
+                           "/h'));\n"
+                           "  const page = await get(https, 'https://127.0.0.1:" +
+                           t +
+                           "/', {rejectUnauthorized: false});\n"
+                           "  console.log('https', page.includes('s_server') ? 'tls-page' : page);\n"
+                           "  process.env.NODE_TLS_REJECT_UNAUTHORIZED = '0';\n"
+                           "  const f = await (await fetch('https://127.0.0.1:" +
+                           t +
+                           "/')).text();\n"
+                           "  console.log('fetch-https', f.includes('s_server') ? 'tls-page' : f);\n"
+                           "})().catch(e => { console.log('ERR', e, e.cause); process.exit(1); });\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
   const std::string out = r["stdout"];
   EXPECT_NE(out.find("fetch upstream saw: GET /f HTTP/1.1"), std::string::npos) << out;
@@ -232,23 +250,31 @@ TEST(Egress, OtherPortsLoopbackMetadataAndMappedAddressesAreDenied) {
   const int other = free_port();
   // "The Internet" on these ports: without deny_private it would reach the
   // host's loopback; with it, special ranges need a rule of their own.
-  const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n    - {cidr: 0.0.0.0/0, ports: [80, " + p +
-                                                     "]}\n    - {cidr: 127.0.0.1/32, ports: [" +
-                                                     std::to_string(other) + "]}\n");
+  const std::string profile =
+      write_profile(dir, "  mode: egress\n  allow:\n    - {cidr: 0.0.0.0/0, ports: [80, " + p +
+                             "]}\n    - {cidr: 127.0.0.1/32, ports: [" + std::to_string(other) + "]}\n");
   json r = run_in(profile, {"python3", "-c",
                             "import urllib.request, urllib.error\n"
-                            "for url in ['http://127.0.0.1:" + p + "/', 'http://169.254.169.254/latest/meta-data/',\n"
-                            "            'http://[::ffff:127.0.0.1]:" + p + "/', 'http://[::ffff:a9fe:a9fe]/',\n"
-                            "            'http://10.0.0.1/', 'http://[::1]:" + p + "/', 'http://127.0.0.1:" + std::to_string(other + 1) + "/']:\n"
-                            "    try:\n"
-                            "        urllib.request.urlopen(url); print('REACHED', url)\n"
-                            "    except urllib.error.HTTPError as e:\n"
-                            "        print(e.code, e.read().decode().strip())\n"});
+                            "for url in ['http://127.0.0.1:" +
+                                p +
+                                "/', 'http://169.254.169.254/latest/meta-data/',\n"
+                                "            'http://[::ffff:127.0.0.1]:" +
+                                p +
+                                "/', 'http://[::ffff:a9fe:a9fe]/',\n"
+                                "            'http://10.0.0.1/', 'http://[::1]:" +
+                                p + "/', 'http://127.0.0.1:" + std::to_string(other + 1) +
+                                "/']:\n"
+                                "    try:\n"
+                                "        urllib.request.urlopen(url); print('REACHED', url)\n"
+                                "    except urllib.error.HTTPError as e:\n"
+                                "        print(e.code, e.read().decode().strip())\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
   const std::string out = r["stdout"];
   EXPECT_EQ(out.find("REACHED"), std::string::npos) << out;
-  EXPECT_NE(out.find("403 nsbox egress: denied 127.0.0.1:" + p + ": 127.0.0.1 is loopback 127.0.0.0/8, refused by deny_private"),
-            std::string::npos) << out;
+  EXPECT_NE(out.find("403 nsbox egress: denied 127.0.0.1:" + p +
+                     ": 127.0.0.1 is loopback 127.0.0.0/8, refused by deny_private"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("169.254.169.254 is link-local (cloud metadata) 169.254.0.0/16"), std::string::npos) << out;
   EXPECT_NE(out.find("denied ::ffff:127.0.0.1:" + p + ": 127.0.0.1 is loopback"), std::string::npos) << out;
   EXPECT_NE(out.find("denied ::ffff:169.254.169.254:80: 169.254.169.254 is link-local"), std::string::npos) << out;
@@ -274,12 +300,15 @@ TEST(Egress, AHostRuleCannotReachLoopbackThroughDns) {
       write_profile(dir, "  mode: egress\n  allow:\n    - {host: localhost, ports: [" + p + "]}\n");
   json r = run_in(profile, {"python3", "-c",
                             "import requests\n"
-                            "r = requests.get('http://localhost:" + p + "/', proxies={'http': 'http://127.0.0.1:3128'})\n"
-                            "print(r.status_code, r.text.strip())\n"});
+                            "r = requests.get('http://localhost:" +
+                                p +
+                                "/', proxies={'http': 'http://127.0.0.1:3128'})\n"
+                                "print(r.status_code, r.text.strip())\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
-  EXPECT_NE(r["stdout"].get<std::string>().find("403 nsbox egress: denied localhost:" + p +
-                                                ": localhost: 127.0.0.1 is loopback 127.0.0.0/8, refused by deny_private"),
-            std::string::npos)
+  EXPECT_NE(
+      r["stdout"].get<std::string>().find("403 nsbox egress: denied localhost:" + p +
+                                          ": localhost: 127.0.0.1 is loopback 127.0.0.0/8, refused by deny_private"),
+      std::string::npos)
       << out_of(r);
   ASSERT_EQ(r["network"]["connections"].size(), 1u);
   EXPECT_EQ(r["network"]["connections"][0]["address"], "127.0.0.1");
@@ -290,7 +319,8 @@ TEST(Egress, AHostRuleCannotReachLoopbackThroughDns) {
       dir, "  mode: egress\n  deny_private: false\n  allow:\n    - {host: localhost, ports: [" + p + "]}\n");
   json ok = run_in(open, {"python3", "-c",
                           "import requests\n"
-                          "print(requests.get('http://localhost:" + p + "/x', proxies={'http': 'http://127.0.0.1:3128'}).text)\n"});
+                          "print(requests.get('http://localhost:" +
+                              p + "/x', proxies={'http': 'http://127.0.0.1:3128'}).text)\n"});
   EXPECT_NE(ok["stdout"].get<std::string>().find("upstream saw: GET /x"), std::string::npos) << out_of(ok);
 }
 
@@ -299,19 +329,22 @@ TEST(Egress, NothingButTheProxyIsReachableInside) {
   TempDir dir;
   const std::string p = std::to_string(up.port());
   const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n" + port_rule(up.port()));
-  json r = run_in(profile, {"python3", "-c",
-                            "import os, socket\n"
-                            "print('ifaces', [name for _, name in socket.if_nameindex()])\n"
-                            "for host, port in [('127.0.0.1', " + p + "), ('203.0.113.1', 80), ('10.0.0.1', 443), ('::1', " + p + ")]:\n"
-                            "    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET); s.settimeout(2)\n"
-                            "    try:\n"
-                            "        s.connect((host, port)); print('CONNECTED', host)\n"
-                            "    except OSError as e:\n"
-                            "        print(host, e.errno)\n"
-                            "try:\n"
-                            "    socket.getaddrinfo('example.com', 80); print('RESOLVED')\n"
-                            "except socket.gaierror as e:\n"
-                            "    print('dns', e.errno)\n"});
+  json r = run_in(profile,
+                  {"python3", "-c",
+                   "import os, socket\n"
+                   "print('ifaces', [name for _, name in socket.if_nameindex()])\n"
+                   "for host, port in [('127.0.0.1', " +
+                       p + "), ('203.0.113.1', 80), ('10.0.0.1', 443), ('::1', " + p +
+                       ")]:\n"
+                       "    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET); s.settimeout(2)\n"
+                       "    try:\n"
+                       "        s.connect((host, port)); print('CONNECTED', host)\n"
+                       "    except OSError as e:\n"
+                       "        print(host, e.errno)\n"
+                       "try:\n"
+                       "    socket.getaddrinfo('example.com', 80); print('RESOLVED')\n"
+                       "except socket.gaierror as e:\n"
+                       "    print('dns', e.errno)\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
   const std::string out = r["stdout"];
   EXPECT_NE(out.find("ifaces ['lo']"), std::string::npos) << out;
@@ -349,20 +382,26 @@ TEST(Egress, ConnectionAndByteCapsHold) {
   Upstream up;
   TempDir dir;
   const std::string p = std::to_string(up.port());
-  const std::string profile = write_profile(
-      dir, "  mode: egress\n  max_connections: 3\n  max_bytes: 20KiB\n  allow:\n" + port_rule(up.port()));
+  const std::string profile =
+      write_profile(dir, "  mode: egress\n  max_connections: 3\n  max_bytes: 20KiB\n  allow:\n" + port_rule(up.port()));
   json r = run_in(profile, {"python3", "-c",
                             "import urllib.request, urllib.error\n"
                             "for i in range(2):\n"
-                            "    print(urllib.request.urlopen('http://127.0.0.1:" + p + "/%d' % i).read().decode())\n"
-                            "try:\n"
-                            "    n = len(urllib.request.urlopen('http://127.0.0.1:" + p + "/big').read()); print('big', n)\n"
-                            "except Exception as e:\n"
-                            "    print('big failed', type(e).__name__)\n"
-                            "try:\n"
-                            "    urllib.request.urlopen('http://127.0.0.1:" + p + "/4')\n"
-                            "except urllib.error.HTTPError as e:\n"
-                            "    print(e.code, e.read().decode().strip())\n"});
+                            "    print(urllib.request.urlopen('http://127.0.0.1:" +
+                                p +
+                                "/%d' % i).read().decode())\n"
+                                "try:\n"
+                                "    n = len(urllib.request.urlopen('http://127.0.0.1:" +
+                                p +
+                                "/big').read()); print('big', n)\n"
+                                "except Exception as e:\n"
+                                "    print('big failed', type(e).__name__)\n"
+                                "try:\n"
+                                "    urllib.request.urlopen('http://127.0.0.1:" +
+                                p +
+                                "/4')\n"
+                                "except urllib.error.HTTPError as e:\n"
+                                "    print(e.code, e.read().decode().strip())\n"});
   ASSERT_EQ(r["status"], "ok") << out_of(r);
   const std::string out = r["stdout"];
   EXPECT_NE(out.find("upstream saw: GET /1 HTTP/1.1"), std::string::npos) << out;
@@ -398,17 +437,22 @@ TEST(Egress, TheJavaScriptRunnerReachesAnAllowedServerAndIsDeniedTheRest) {
   NodeProcess node("tenants:\n  - {name: acme, token: t0ken-acme-123456, profile: " + profile + "}\n");
   ASSERT_TRUE(node.ready()) << node.log();
   json body = {{"language", "javascript"},
-               {"code", "const http = require('http');\n"
-                        "const get = url => new Promise((ok, no) => http.get(url, res => {\n"
-                        "  let b = ''; res.on('data', d => b += d); res.on('end', () => ok([res.statusCode, b])); })\n"
-                        "  .on('error', no));\n"
-                        "async function main(args) {\n"
-                        "  const f = await (await fetch('http://127.0.0.1:" + p + "/js-fetch')).text();\n"
-                        "  const [code, h] = await get('http://127.0.0.1:" + p + "/js-http');\n"
-                        "  const meta = await fetch('http://169.254.169.254/latest/meta-data/').then(\n"
-                        "    r => 'answered ' + r.status, e => String(e.cause && e.cause.message));\n"
-                        "  return [f, code, h, meta];\n"
-                        "}\n"}};
+               {"code",
+                "const http = require('http');\n"
+                "const get = url => new Promise((ok, no) => http.get(url, res => {\n"
+                "  let b = ''; res.on('data', d => b += d); res.on('end', () => ok([res.statusCode, b])); })\n"
+                "  .on('error', no));\n"
+                "async function main(args) {\n"
+                "  const f = await (await fetch('http://127.0.0.1:" +
+                    p +
+                    "/js-fetch')).text();\n"
+                    "  const [code, h] = await get('http://127.0.0.1:" +
+                    p +
+                    "/js-http');\n"
+                    "  const meta = await fetch('http://169.254.169.254/latest/meta-data/').then(\n"
+                    "    r => 'answered ' + r.status, e => String(e.cause && e.cause.message));\n"
+                    "  return [f, code, h, meta];\n"
+                    "}\n"}};
   const auto [answer, raw] = run_as_acme(node, body);
   ASSERT_TRUE(answer["return"].is_array() && answer["return"].size() == 4) << raw;
   EXPECT_EQ(answer["return"][0], "upstream saw: GET /js-fetch HTTP/1.1");
@@ -431,13 +475,16 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
                    "}\naudit_log: audit.log\n");
   ASSERT_TRUE(node.ready()) << node.log();
   json body = {{"language", "python"},
-               {"code", "import urllib.request, urllib.error\n"
-                        "def main(args):\n"
-                        "    ok = urllib.request.urlopen('http://127.0.0.1:" + p + "/audit').read().decode()\n"
-                        "    try:\n"
-                        "        urllib.request.urlopen('http://169.254.169.254/')\n"
-                        "    except urllib.error.HTTPError as e:\n"
-                        "        return [ok, e.code]\n"}};
+               {"code",
+                "import urllib.request, urllib.error\n"
+                "def main(args):\n"
+                "    ok = urllib.request.urlopen('http://127.0.0.1:" +
+                    p +
+                    "/audit').read().decode()\n"
+                    "    try:\n"
+                    "        urllib.request.urlopen('http://169.254.169.254/')\n"
+                    "    except urllib.error.HTTPError as e:\n"
+                    "        return [ok, e.code]\n"}};
   const auto [answer, raw] = run_as_acme(node, body);
   EXPECT_EQ(answer["return"], json({"upstream saw: GET /audit HTTP/1.1", 403})) << raw;
   EXPECT_EQ(answer["network"]["denials"].size(), 1u) << raw;

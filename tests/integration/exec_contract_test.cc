@@ -48,8 +48,8 @@ TEST_P(ExecContract, Case) {
   const json& exp = c["expected"];
   ExecOutcome o = run_case(c);
   const std::string error = o.error.value_or("");
-  SCOPED_TRACE("status " + o.status + ", error: " + error.substr(0, 2000) + "\nstderr: " +
-               o.run.stderr_data.substr(0, 2000));
+  SCOPED_TRACE("status " + o.status + ", error: " + error.substr(0, 2000) +
+               "\nstderr: " + o.run.stderr_data.substr(0, 2000));
 
   const std::string status = exp.value("status", "");
   if (status == "no_result") {
@@ -140,8 +140,8 @@ TEST(ExecCli, PrintsThePlatformsShapeAndExitsZeroForUserErrors) {
   const std::string code = "def main(args):\n    raise ValueError('bad ' + args.params['x'])\n";
   ASSERT_EQ(::write(fd, code.data(), code.size()), static_cast<ssize_t>(code.size()));
   ::close(fd);
-  CliResult r = run_cli({"exec", "--rootfs", test_rootfs(), "--lang", "python", "--code", path,
-                         "--inputs", "{\"x\": \"input\"}"});
+  CliResult r = run_cli(
+      {"exec", "--rootfs", test_rootfs(), "--lang", "python", "--code", path, "--inputs", "{\"x\": \"input\"}"});
   ::unlink(path);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   json out = json::parse(r.out);
@@ -156,7 +156,8 @@ TEST(ExecCli, PrintsThePlatformsShapeAndExitsZeroForUserErrors) {
 
 TEST(ExecCli, TimeoutKillsEvenASigtermIgnoringLoopWithThePlatformsMessage) {
   ExecRequest request;
-  request.code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef main(args):\n    while True: pass\n";
+  request.code =
+      "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef main(args):\n    while True: pass\n";
   RunSpec spec = spec_from_profile(load_profile("default", ProfileSearch{}));
   spec.rootfs = test_rootfs();
   spec.limits.wall_time = std::chrono::seconds(1);

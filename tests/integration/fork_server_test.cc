@@ -68,10 +68,10 @@ class ForkServer : public ::testing::Test {
     *init = children[0];
   }
   TempDir dir_;
-  NodeProcess node_{"tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " +
-                    std::string(kForkedToken) + "\n    profile: " +
-                    dir_.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") +
-                    "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n  body_limit: 16MiB\n"};  // the contract's 5 MiB cases
+  NodeProcess node_{
+      "tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " + std::string(kForkedToken) +
+      "\n    profile: " + dir_.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") +
+      "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n  body_limit: 16MiB\n"};  // the contract's 5 MiB cases
 };
 
 // What a run can observe of its sandbox, everything a difference between a
@@ -116,16 +116,16 @@ def main(args):
 
 // Runs code once in each tenant's warm sandbox of language; both must
 // succeed and return the same.
-void run_both_and_compare(const NodeProcess& node, const std::string& code, const std::string& language,
-                          json* started, json* forked) {
+void run_both_and_compare(const NodeProcess& node, const std::string& code, const std::string& language, json* started,
+                          json* forked) {
   *started = run_as(node, code, false, language);
   *forked = run_as(node, code, true, language);
   ASSERT_EQ((*started)["status"], "ok") << started->dump();
   ASSERT_EQ((*forked)["status"], "ok") << forked->dump();
   EXPECT_EQ((*started)["pool"], "warm");
   EXPECT_EQ((*forked)["pool"], "warm");
-  EXPECT_EQ((*forked)["return"], (*started)["return"]) << "forked: " << (*forked)["return"].dump(1)
-                                                        << "\nstarted: " << (*started)["return"].dump(1);
+  EXPECT_EQ((*forked)["return"], (*started)["return"])
+      << "forked: " << (*forked)["return"].dump(1) << "\nstarted: " << (*started)["return"].dump(1);
 }
 
 TEST_F(ForkServer, ARunSeesWhatAStartedRunSees) {
@@ -140,8 +140,8 @@ TEST_F(ForkServer, ARunSeesWhatAStartedRunSees) {
   EXPECT_EQ(forked["denied_syscalls"]["ptrace"], 1) << forked.dump();
   EXPECT_EQ(forked["denied_syscalls"]["keyctl"], 1) << forked.dump();
   EXPECT_EQ(forked["return"]["attempts"]["ptrace"], json({-1, EPERM}));
-  EXPECT_EQ(forked["return"]["caps"], json({"0000000000000000", "0000000000000000", "0000000000000000",
-                                            "0000000000000000", "0000000000000000"}));
+  EXPECT_EQ(forked["return"]["caps"],
+            json({"0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000"}));
 }
 
 // The namespace inodes of a run, read while another run is alive (an inode
@@ -407,8 +407,10 @@ TEST_F(ForkServer, ARunEndsWhenItsSupervisorDies) {
   const std::string marker = unique_token("sleep-");
   json r;
   std::thread run([&] {
-    r = run_as(node_, "import subprocess, time\ndef main(args):\n    subprocess.Popen(['sh', '-c', 'sleep 1019 # " +
-                          marker + "'])\n    time.sleep(60)", true);
+    r = run_as(node_,
+               "import subprocess, time\ndef main(args):\n    subprocess.Popen(['sh', '-c', 'sleep 1019 # " + marker +
+                   "'])\n    time.sleep(60)",
+               true);
   });
   ASSERT_TRUE(wait_for_process(marker, 20000)) << node_.log();
   // A forked run's PID 1 is not its supervisor's child: no PR_SET_PDEATHSIG
@@ -437,7 +439,9 @@ TEST_F(ForkServer, AMissIsForkedToo) {
   std::vector<json> results(3);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < results.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = run_as(node_, "import time\ndef main(args):\n    time.sleep(0.5)\n    return 1", true); });
+    threads.emplace_back([&, i] {
+      results[i] = run_as(node_, "import time\ndef main(args):\n    time.sleep(0.5)\n    return 1", true);
+    });
   for (auto& t : threads) t.join();
   int forked = 0;
   for (const auto& r : results) {
@@ -603,9 +607,18 @@ async function main(args) {
   return out;
 }
 )";
-  const json expected = {{"timer", 1}, {"file", true}, {"pbkdf2", "8035ce8e3b671cc3"}, {"exec", "hi"}, {"exit", 7},
-                         {"signal", "caught"}, {"wasm", 5}, {"wasmCompiled", 9}, {"wasmStreaming", 13},
-                         {"wasmError", "CompileError"}, {"fetch", "application/wasm"}, {"worker", 42}};
+  const json expected = {{"timer", 1},
+                         {"file", true},
+                         {"pbkdf2", "8035ce8e3b671cc3"},
+                         {"exec", "hi"},
+                         {"exit", 7},
+                         {"signal", "caught"},
+                         {"wasm", 5},
+                         {"wasmCompiled", 9},
+                         {"wasmStreaming", 13},
+                         {"wasmError", "CompileError"},
+                         {"fetch", "application/wasm"},
+                         {"worker", 42}};
   json started = run_as(node_, code, false, "javascript");
   json forked = run_as(node_, code, true, "javascript");
   EXPECT_EQ(started["return"], expected) << started.dump();
@@ -696,7 +709,8 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // one per language: both fork servers up
   const std::pair<const char*, const char*> programs[] = {
-      {"python", "import os\ndef main(args):\n    return [os.environ['BIG%d' % i].count(chr(97 + i)) for i in range(3)]\n"},
+      {"python",
+       "import os\ndef main(args):\n    return [os.environ['BIG%d' % i].count(chr(97 + i)) for i in range(3)]\n"},
       {"javascript",
        "function main(args) {\n  return [0, 1, 2].map((i) => process.env['BIG' + i].split(String.fromCharCode(97 + i))"
        ".length - 1);\n}\n"}};
@@ -714,8 +728,9 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
 // NSBOX_PROFILE_PATH) and the tenant's, 600 KB each.
 TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
   TempDir dir;
-  std::string parent = "name: bigparent\nextends: default\nenv:\n", child = "name: big\nextends: bigparent\n"
-                                                                           "fork_server: true\nenv:\n";
+  std::string parent = "name: bigparent\nextends: default\nenv:\n", child =
+                                                                        "name: big\nextends: bigparent\n"
+                                                                        "fork_server: true\nenv:\n";
   for (int i = 0; i < 6; ++i) {
     parent += "  P" + std::to_string(i) + ": " + std::string(100000, 'p') + "\n";
     child += "  C" + std::to_string(i) + ": " + std::string(100000, 'c') + "\n";

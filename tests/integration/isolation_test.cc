@@ -48,10 +48,14 @@ TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
   }
   std::string out = python(
       "import os\n"
-      "path = '" + path + "'\n"
+      "path = '" +
+      path +
+      "'\n"
       "found = []\n"
       "for p in [path, '/proc/1/root' + path, '/proc/self/root' + path, '/proc/1/cwd/' + path,\n"
-      "          '/proc/self/cwd/../..' + path, '/dev/shm/" + name + "']:\n"
+      "          '/proc/self/cwd/../..' + path, '/dev/shm/" +
+      name +
+      "']:\n"
       "    try:\n"
       "        found.append(open(p).read())\n"
       "    except OSError:\n"
@@ -59,7 +63,9 @@ TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
       "for root, dirs, files in os.walk('/'):\n"
       "    if root.startswith('/proc'):\n"
       "        dirs[:] = []\n"
-      "    if '" + name + "' in files:\n"
+      "    if '" +
+      name +
+      "' in files:\n"
       "        found.append(root)\n"
       "print('found' if found else 'none', found)\n");
   ::unlink(path.c_str());
@@ -128,10 +134,10 @@ TEST(Isolation, DangerousSyscallsAreDenied) {
       "    ctypes.set_errno(0)\n"
       "    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n"
       "    print(name, errno.errorcode.get(ctypes.get_errno(), 'OK') if r == -1 else 'OK')\n"
-      "call('ptrace', 101, 0, 0, 0, 0)\n"                     // PTRACE_TRACEME
+      "call('ptrace', 101, 0, 0, 0, 0)\n"  // PTRACE_TRACEME
       "call('mount', 165, 0, 0, 0, 0, 0)\n"
       "call('umount2', 166, 0, 0)\n"
-      "call('unshare_user', 272, 0x10000000)\n"               // CLONE_NEWUSER
+      "call('unshare_user', 272, 0x10000000)\n"  // CLONE_NEWUSER
       "call('setns', 308, 0, 0)\n"
       "call('keyctl', 250, 0, -3, 0)\n"
       "call('bpf', 321, 0, 0, 0)\n"
@@ -140,7 +146,7 @@ TEST(Isolation, DangerousSyscallsAreDenied) {
       "call('clone_newns', 56, 0x00020000 | 17, 0, 0, 0, 0)\n"  // clone(CLONE_NEWNS|SIGCHLD)
       "call('clone3', 435, 0, 0)\n"
       "call('io_uring_setup', 425, 1, 0)\n"
-      "call('personality', 135, 0x0040000)\n"                 // ADDR_NO_RANDOMIZE
+      "call('personality', 135, 0x0040000)\n"  // ADDR_NO_RANDOMIZE
       "call('pivot_root', 155, 0, 0)\n"
       "call('chroot', 161, 0)\n"
       "call('open_by_handle_at', 304, 0, 0, 0)\n"
@@ -228,7 +234,9 @@ TEST(Isolation, MaskedProcFilesAreEmpty) {
   ASSERT_GE(std::count(present.begin(), present.end(), ','), 2) << present;
   std::string out = python(
       "import os\n"
-      "for f in [" + present + "]:\n"
+      "for f in [" +
+      present +
+      "]:\n"
       "    print(f, len(open('/proc/' + f, 'rb').read(64)))\n"
       "print('sys', os.listdir('/proc/sys'))\n");
   std::string expected;
@@ -247,8 +255,7 @@ TEST(Isolation, UnprivilegedCallerGetsItsOwnUid) {
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(out[1], 1);
-    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
-        ::setresuid(65534, 65534, 65534) != 0)
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0)
       ::_exit(99);
     std::string root = test_rootfs();
     // Without cgroup write access the limits cannot be enforced: best-effort.
@@ -293,8 +300,9 @@ TEST(SeccompNotify, DeniedCallsAreAnsweredEpermAndNamedInTheResult) {
 }
 
 TEST(SeccompNotify, CallsFromChildProcessesAndThreadsAreNamedToo) {
-  RunSpec spec = capture_spec({"sh", "-c", "python3 -c 'import os; os.chroot(\"/tmp\")' 2>/dev/null; "
-                                           "unshare -U true 2>/dev/null; echo done"});
+  RunSpec spec = capture_spec({"sh", "-c",
+                               "python3 -c 'import os; os.chroot(\"/tmp\")' 2>/dev/null; "
+                               "unshare -U true 2>/dev/null; echo done"});
   Result r = run_with(spec);
   ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
   EXPECT_EQ(r.stdout_data, "done\n");
@@ -303,7 +311,8 @@ TEST(SeccompNotify, CallsFromChildProcessesAndThreadsAreNamedToo) {
 }
 
 TEST(SeccompNotify, AStrictPolicyNamesWhatIsNotInItsList) {
-  RunSpec spec = capture_spec({"python3", "-c", "import os\ntry:\n    os.sync()\nexcept OSError as e:\n    print(e.errno)\n"});
+  RunSpec spec =
+      capture_spec({"python3", "-c", "import os\ntry:\n    os.sync()\nexcept OSError as e:\n    print(e.errno)\n"});
   spec.seccomp = SeccompChoice{.kind = SeccompChoice::kStrict, .allow = {}};
   Result r = run_with(spec);
   ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;
@@ -372,10 +381,12 @@ TEST(SeccompNotify, ADeniedCallStormStaysBoundedInTheResult) {
   RunSpec spec = capture_spec({"python3", "-c",
                                "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\nbad = []\n"
                                "for _ in range(3):\n"
-                               "    for nr in (" + numbers + ",):\n"
-                               "        if l.syscall(nr, 0, 0, 0, 0, 0) != -1 or ctypes.get_errno() != 1:\n"
-                               "            bad.append(nr)\n"
-                               "print('ok' if not bad else bad)\n"});
+                               "    for nr in (" +
+                                   numbers +
+                                   ",):\n"
+                                   "        if l.syscall(nr, 0, 0, 0, 0, 0) != -1 or ctypes.get_errno() != 1:\n"
+                                   "            bad.append(nr)\n"
+                                   "print('ok' if not bad else bad)\n"});
   spec.seccomp = SeccompChoice{.kind = SeccompChoice::kStrict, .allow = {}};
   Result r = run_with(spec);
   ASSERT_EQ(r.status, RunStatus::kOk) << r.stderr_data << r.error;

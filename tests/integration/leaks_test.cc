@@ -60,20 +60,39 @@ TEST(Leaks, TwoHundredRunsLeaveNothingBehind) {
     RunSpec spec = capture_spec({"true"});
     if (i % 2 == 0) spec.workspace = WorkspaceSpec{};  // a workspace (tmpfs as root) in half the runs
     switch (i % 5) {
-      case 0: spec.argv = {"sh", "-c", "echo x > /tmp/f; echo y > /workspace/out/y 2>/dev/null; sleep 0 & exit 0"}; break;
-      case 1: spec.argv = {"no-such-command"}; break;
-      case 2: spec.argv = {"sh", "-c", "(setsid sleep 1007 &); sleep 1007"};
-              spec.limits.wall_time = std::chrono::milliseconds(50); break;
-      case 3: spec.argv = {"sh", "-c", "kill -KILL $$"}; break;
-      case 4: spec.cwd = "/missing"; break;
+      case 0:
+        spec.argv = {"sh", "-c", "echo x > /tmp/f; echo y > /workspace/out/y 2>/dev/null; sleep 0 & exit 0"};
+        break;
+      case 1:
+        spec.argv = {"no-such-command"};
+        break;
+      case 2:
+        spec.argv = {"sh", "-c", "(setsid sleep 1007 &); sleep 1007"};
+        spec.limits.wall_time = std::chrono::milliseconds(50);
+        break;
+      case 3:
+        spec.argv = {"sh", "-c", "kill -KILL $$"};
+        break;
+      case 4:
+        spec.cwd = "/missing";
+        break;
     }
     Result r = run_with(spec);
     switch (r.status) {
-      case RunStatus::kOk: ++ok; break;
-      case RunStatus::kSetupError: ++failed; break;
-      case RunStatus::kTimeout: ++timed_out; break;
-      case RunStatus::kKilled: ++killed; break;
-      default: break;
+      case RunStatus::kOk:
+        ++ok;
+        break;
+      case RunStatus::kSetupError:
+        ++failed;
+        break;
+      case RunStatus::kTimeout:
+        ++timed_out;
+        break;
+      case RunStatus::kKilled:
+        ++killed;
+        break;
+      default:
+        break;
     }
   }
   EXPECT_EQ(ok, 40);

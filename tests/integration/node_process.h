@@ -11,9 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
 #include <chrono>
 #include <fstream>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -101,8 +101,7 @@ class NodeProcess {
   }
 
   void write_config(const std::string& body, const std::string& extra_listeners = "") const {
-    std::ofstream(config_path()) << "listeners:\n  - address: 127.0.0.1:" << port_ << "\n"
-                                 << extra_listeners << body;
+    std::ofstream(config_path()) << "listeners:\n  - address: 127.0.0.1:" << port_ << "\n" << extra_listeners << body;
   }
   std::string config_path() const { return dir_.path() + "/node.yaml"; }
   const std::string& dir() const { return dir_.path(); }
@@ -181,13 +180,14 @@ class NodeProcess {
 };
 
 inline httplib::Result post(const httplib::Client& c, const std::string& path, const std::string& body,
-                     const httplib::Headers& headers = {}) {
+                            const httplib::Headers& headers = {}) {
   return const_cast<httplib::Client&>(c).Post(path.c_str(), headers, body, "application/json");
 }
 
 // A /run body.
-inline std::string request(const std::string& code, const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object(),
-                    double timeout = 0, const std::string& language = "") {
+inline std::string request(const std::string& code,
+                           const nlohmann::ordered_json& inputs = nlohmann::ordered_json::object(), double timeout = 0,
+                           const std::string& language = "") {
   nlohmann::ordered_json j = {{"code", code}, {"inputs", inputs}};
   if (timeout > 0) j["timeout"] = timeout;
   if (!language.empty()) j["language"] = language;

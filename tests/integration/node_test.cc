@@ -10,10 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -48,9 +48,6 @@ std::string sha256_hex(const std::string& data) {
   return out;
 }
 
-
-
-
 class Node : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
@@ -58,8 +55,8 @@ class Node : public ::testing::Test {
 };
 
 TEST_F(Node, DocumentedPythonRequestGetsExactlyThePlatformsAnswer) {
-  auto r = post(node_.client(), "/run",
-                json{{"code", kDocumentedCode}, {"inputs", {{"num", 10}}}, {"timeout", 5}}.dump());
+  auto r =
+      post(node_.client(), "/run", json{{"code", kDocumentedCode}, {"inputs", {{"num", 10}}}, {"timeout", 5}}.dump());
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "{\"return\": 20, \"error\": null}");
@@ -75,7 +72,8 @@ TEST_F(Node, DocumentedJavaScriptRequestGetsExactlyThePlatformsAnswer) {
 }
 
 TEST_F(Node, ReturnValuesKeepTheirOrderAndPythonSpacing) {
-  auto r = post(node_.client(), "/run", request("def main(args):\n    return {'b': [1, 2], 'a': args.params}", {{"z", 1}, {"y", 2}}));
+  auto r = post(node_.client(), "/run",
+                request("def main(args):\n    return {'b': [1, 2], 'a': args.params}", {{"z", 1}, {"y", 2}}));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": {\"b\": [1, 2], \"a\": {\"z\": 1, \"y\": 2}}, \"error\": null}");
 }
@@ -161,7 +159,8 @@ TEST_F(Node, NativeApiReturnsTheFullResult) {
 }
 
 TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {
-  auto r = post(node_.client(), "/v1/runs", request("def main(args):\n    return 1", nlohmann::ordered_json::object(), 3600));
+  auto r = post(node_.client(), "/v1/runs",
+                request("def main(args):\n    return 1", nlohmann::ordered_json::object(), 3600));
   ASSERT_TRUE(r);
   auto j = json::parse(r->body);
   EXPECT_EQ(j["limits"]["wall_ms"], 30000) << "a request may not loosen the profile's 30 s";
@@ -175,7 +174,9 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   // Announce 64 MiB, send only the headers: the answer must come anyway.
   int s = connect_loopback(node_.port());
   ASSERT_GE(s, 0);
-  std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"code\": \"";
+  std::string head =
+      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"code\": "
+      "\"";
   ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   // The answer must come at once, not after a read timeout (10 s here).
   timeval tv{5, 0};
@@ -194,7 +195,8 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
 TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   // curl -d sends application/x-www-form-urlencoded; the platform's gateway
   // sends JSON. Both work, also past 8 KiB, and chunked over the limit is 413.
-  const std::string body = request("def main(args):\n    return len(args.params['s'])", {{"s", std::string(100000, 'x')}});
+  const std::string body =
+      request("def main(args):\n    return len(args.params['s'])", {{"s", std::string(100000, 'x')}});
   auto r = node_.client().Post("/run", body, "application/x-www-form-urlencoded");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 100000, \"error\": null}");
@@ -240,7 +242,9 @@ TEST_F(Node, MetricsCountRunsAndRejections) {
   auto r = c.Get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_NE(r->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
+            std::string::npos)
+      << r->body;
   EXPECT_NE(r->body.find("nsbox_rejected_requests_total{reason=\"bad_request\"} 1\n"), std::string::npos);
   EXPECT_NE(r->body.find("nsbox_run_duration_seconds_count{language=\"python\"} 1\n"), std::string::npos);
   EXPECT_NE(r->body.find("nsbox_sandboxes_running 0\n"), std::string::npos);
@@ -250,7 +254,8 @@ TEST_F(Node, MetricsCountRunsAndRejections) {
 TEST_F(Node, SigtermDuringALongRunLetsItFinishAndExitsZero) {
   std::string body;
   std::thread client([&] {
-    auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(2)\n    return 'done'"));
+    auto r =
+        post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(2)\n    return 'done'"));
     if (r) body = r->body;
   });
   // Wait until the sandbox runs, then stop the node.
@@ -337,7 +342,8 @@ TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
   const httplib::Headers auth = {{"Authorization", "Bearer acme-token-0123456789abcdef"}};
   std::string first;
   std::thread slow([&] {
-    auto r = post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 1"), auth);
+    auto r =
+        post(node_.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 1"), auth);
     if (r) first = r->body;
   });
   EXPECT_TRUE(node_.wait_running(1)) << node_.log();
@@ -429,9 +435,9 @@ TEST_F(NodeWithTenants, SlowClientsAreDisconnected) {
 
 TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
   const int js_port = free_port();
-  NodeProcess node("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n",
-                   "    language: python\n  - address: 127.0.0.1:" + std::to_string(js_port) +
-                       "\n    language: javascript\n");
+  NodeProcess node(
+      "tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n",
+      "    language: python\n  - address: 127.0.0.1:" + std::to_string(js_port) + "\n    language: javascript\n");
   ASSERT_TRUE(node.ready()) << node.log();
   auto py = post(node.client(), "/run", request(kDocumentedCode, {{"num", 4}}));
   ASSERT_TRUE(py);
@@ -459,8 +465,9 @@ TEST(NodeListeners, ABrokenConfigIsRefusedAtStartWithItsPosition) {
 class NodeUnderLoad : public ::testing::Test {
  protected:
   NodeUnderLoad()
-      : node_("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n"
-              "limits:\n  max_concurrent: 4\n  queue_depth: 8\n") {}
+      : node_(
+            "tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n"
+            "limits:\n  max_concurrent: 4\n  queue_depth: 8\n") {}
   void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
   NodeProcess node_;
 };
@@ -494,8 +501,9 @@ TEST_F(NodeUnderLoad, SixtyFourParallelRequestsAreAnsweredCorrectlyOr429) {
   EXPECT_EQ(health->status, 200);
   auto m = node_.client().Get("/metrics");
   ASSERT_TRUE(m);
-  EXPECT_NE(m->body.find("nsbox_rejected_requests_total{reason=\"overload\"} " + std::to_string(rejected.load()) + "\n"),
-            std::string::npos);
+  EXPECT_NE(
+      m->body.find("nsbox_rejected_requests_total{reason=\"overload\"} " + std::to_string(rejected.load()) + "\n"),
+      std::string::npos);
 }
 
 TEST_F(NodeUnderLoad, FiveHundredRequestsLeaveNothingBehind) {
@@ -526,11 +534,21 @@ TEST_F(NodeUnderLoad, FiveHundredRequestsLeaveNothingBehind) {
       for (int i; (i = next++) < runs;) {
         std::string code;
         switch (i % 5) {
-          case 0: code = kDocumentedCode; break;
-          case 1: code = "def main(args):\n    raise ValueError('x')"; break;
-          case 2: code = "import os\ndef main(args):\n    os.system('sleep 1009 &')\n    return 1"; break;
-          case 3: code = "def main(args):\n    open('/tmp/f', 'w').write('x')\n    return 1"; break;
-          case 4: code = "import os\ndef main(args):\n    os._exit(3)"; break;
+          case 0:
+            code = kDocumentedCode;
+            break;
+          case 1:
+            code = "def main(args):\n    raise ValueError('x')";
+            break;
+          case 2:
+            code = "import os\ndef main(args):\n    os.system('sleep 1009 &')\n    return 1";
+            break;
+          case 3:
+            code = "def main(args):\n    open('/tmp/f', 'w').write('x')\n    return 1";
+            break;
+          case 4:
+            code = "import os\ndef main(args):\n    os._exit(3)";
+            break;
         }
         auto r = post(c, "/run", request(code, {{"num", i}}, i % 50 == 7 ? 0.2 : 0));
         if (!r || r->status != 200) ++failures;

@@ -20,8 +20,6 @@ namespace {
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-
-
 json run_v1(const NodeProcess& node, const std::string& code, const std::string& language = "python",
             double timeout = 0) {
   auto r = post(node.client(), "/v1/runs", request(code, json::object(), timeout, language));
@@ -139,7 +137,8 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
   // A run in flight while its profile changes ends normally: a fork server
   // that forked it is torn down only after it.
   json slow;
-  std::thread in_flight([&] { slow = run_v1(node, "import time\ndef main(args):\n    time.sleep(1.5)\n    return 's'"); });
+  std::thread in_flight(
+      [&] { slow = run_v1(node, "import time\ndef main(args):\n    time.sleep(1.5)\n    return 's'"); });
   std::this_thread::sleep_for(500ms);
   std::ofstream(profile) << "name: p\nextends: default\nenv: {STAMP: two}\n" << forked;
   ::kill(node.pid(), SIGHUP);
@@ -191,7 +190,8 @@ double cpu_seconds_with_children(pid_t pid) {
 
 TEST(PoolRefill, ASandboxThatCannotStartIsRetriedWithBackoff) {
   TempDir dir;
-  const std::string profile = dir.write("broken.yaml", "name: broken\nextends: default\nfilesystem:\n  rootfs: /nonexistent-rootfs\n");
+  const std::string profile =
+      dir.write("broken.yaml", "name: broken\nextends: default\nfilesystem:\n  rootfs: /nonexistent-rootfs\n");
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
   ASSERT_TRUE(node.ready()) << node.log();
   // The node's own child: a worker the spawner has just forked is named
@@ -246,8 +246,8 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   EXPECT_EQ(failures, 0);
   // With a fork server, a request that finds no warm sandbox is forked too
   // (a miss, but served by the fork server): those count as well.
-  const double pooled = metric(node, "nsbox_pool_hits_total") +
-                        (GetParam() ? metric(node, "nsbox_pool_misses_total") : 0);
+  const double pooled =
+      metric(node, "nsbox_pool_hits_total") + (GetParam() ? metric(node, "nsbox_pool_misses_total") : 0);
   EXPECT_GT(pooled, runs / 8) << "the pool was hardly used";
   const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
   EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);
@@ -260,7 +260,8 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   EXPECT_EQ(slurp("/proc/self/mountinfo").find(node.tmp()), std::string::npos) << "a mount remained";
   EXPECT_TRUE(wait_for_no_process("sleep 1013", 5000)) << "a sandboxed process survived";
   EXPECT_TRUE(host_pids_with_cmdline("nsbox-warm").empty());
-  for (pid_t z : zygotes) EXPECT_FALSE(process_alive_with_cmdline(z, "/opt/nsbox/zygote.py")) << "a fork server survived";
+  for (pid_t z : zygotes)
+    EXPECT_FALSE(process_alive_with_cmdline(z, "/opt/nsbox/zygote.py")) << "a fork server survived";
 }
 
 }  // namespace

@@ -35,11 +35,12 @@ TEST(ProfileEffects, LimitsReachTheSandbox) {
                                       "name: limits\nextends: default\n"
                                       "limits: {wall_time: 2s, tmpfs: 8MiB, stdout: 1KiB, open_files: 40,\n"
                                       "         file_size: 1MiB, memory: 96MiB, pids: 20}\n");
-  json r = run_json(profile, {}, {"python3", "-c",
-                                  "import os, resource as r\n"
-                                  "print(r.getrlimit(r.RLIMIT_NOFILE)[0], r.getrlimit(r.RLIMIT_FSIZE)[0] >> 20,\n"
-                                  "      os.statvfs('/tmp').f_blocks * os.statvfs('/tmp').f_frsize >> 20)\n"
-                                  "print('x' * 5000)\n"});
+  json r = run_json(profile, {},
+                    {"python3", "-c",
+                     "import os, resource as r\n"
+                     "print(r.getrlimit(r.RLIMIT_NOFILE)[0], r.getrlimit(r.RLIMIT_FSIZE)[0] >> 20,\n"
+                     "      os.statvfs('/tmp').f_blocks * os.statvfs('/tmp').f_frsize >> 20)\n"
+                     "print('x' * 5000)\n"});
   EXPECT_EQ(r["status"], "ok") << r.dump();
   EXPECT_EQ(r["stdout"].get<std::string>().substr(0, 8), "40 1 8\nx");
   EXPECT_EQ(r["stdout"].get<std::string>().size(), 1024u);
@@ -53,11 +54,16 @@ TEST(ProfileEffects, EnvMountsMasksAndUser) {
   Scratch s;
   fs::create_directory(s.path() + "/data");
   s.write("data/hello.txt", "dataset\n");
-  const std::string profile = s.write(
-      "p.yaml", "name: tenant\nextends: default\nenv: {TENANT: acme}\n"
-                "filesystem:\n  mounts:\n    - {source: " + s.path() + "/data, target: /data, mode: ro}\n"
-                "  mask: [/etc/hostname]\nuser: {uid: 1000, gid: 1001}\n");
-  json r = run_json(profile, {}, {"sh", "-c", "echo $TENANT; cat /data/hello.txt; wc -c < /etc/hostname; id -u; id -g; touch /data/x 2>&1 | grep -c Read-only"});
+  const std::string profile = s.write("p.yaml",
+                                      "name: tenant\nextends: default\nenv: {TENANT: acme}\n"
+                                      "filesystem:\n  mounts:\n    - {source: " +
+                                          s.path() +
+                                          "/data, target: /data, mode: ro}\n"
+                                          "  mask: [/etc/hostname]\nuser: {uid: 1000, gid: 1001}\n");
+  json r = run_json(profile, {},
+                    {"sh", "-c",
+                     "echo $TENANT; cat /data/hello.txt; wc -c < /etc/hostname; id -u; id -g; touch /data/x 2>&1 | "
+                     "grep -c Read-only"});
   EXPECT_EQ(r["status"], "ok") << r.dump();
   EXPECT_EQ(r["stdout"], "acme\ndataset\n0\n1000\n1001\n1\n");
 }
@@ -80,8 +86,7 @@ TEST(ProfileEffects, OverridesOnlyTighten) {
   r = run_cli({"run", "--rootfs", test_rootfs(), "--memory", "1GiB", "--", "true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "nsbox: memory 1GiB exceeds the profile's limits.memory of 512MiB\n");
-  json ok = run_json("default", {"--memory", "64MiB", "--timeout", "5"},
-                     {"python3", "-c", "b = bytearray(100 << 20)"});
+  json ok = run_json("default", {"--memory", "64MiB", "--timeout", "5"}, {"python3", "-c", "b = bytearray(100 << 20)"});
   EXPECT_EQ(ok["status"], "oom") << ok.dump();
 }
 
@@ -96,9 +101,10 @@ TEST(ProfileEffects, OpenJiuwenConfigRunsPythonAndNodeUnderItsAllowList) {
   json js = run_json(profile, {}, {"node", "-e", "console.log('hello from node')"});
   EXPECT_EQ(js["stdout"], "hello from node\n") << js.dump();
   // Its allow list has no unshare and no ptrace: both fail.
-  json denied = run_json(profile, {}, {"python3", "-c",
-                                       "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
-                                       "print(l.syscall(272, 0x10000000), ctypes.get_errno())\n"});
+  json denied = run_json(profile, {},
+                         {"python3", "-c",
+                          "import ctypes\nl = ctypes.CDLL(None, use_errno=True)\n"
+                          "print(l.syscall(272, 0x10000000), ctypes.get_errno())\n"});
   EXPECT_EQ(denied["stdout"], "-1 1\n") << denied.dump();
 }
 
@@ -108,7 +114,8 @@ TEST(ProfileEffects, CheckValidatesShippedAndRefusesBroken) {
                           root + "/profiles/tenants/minimal.yaml"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("name: strict"), std::string::npos);
-  CliResult bad = run_cli({"check", root + "/profiles/default.yaml", root + "/tests/profiles/broken/bare_number_size.yaml"});
+  CliResult bad =
+      run_cli({"check", root + "/profiles/default.yaml", root + "/tests/profiles/broken/bare_number_size.yaml"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("bare_number_size.yaml:"), std::string::npos) << bad.err;
 }
@@ -118,8 +125,9 @@ TEST(Workspace, InputsInArtifactsOutWorkspaceGone) {
   const std::string input = s.write("in.csv", "a,b\n1,2\n");
   const std::string arts = s.path() + "/artifacts";
   json r = run_json("default", {"--input", input + ":data.csv", "--artifacts", arts},
-                    {"sh", "-c", "tail -1 /workspace/data.csv > /workspace/out/last.txt; mkdir /workspace/out/d; "
-                                 "echo deep > /workspace/out/d/e.txt; ln -s /etc/passwd /workspace/out/leak"});
+                    {"sh", "-c",
+                     "tail -1 /workspace/data.csv > /workspace/out/last.txt; mkdir /workspace/out/d; "
+                     "echo deep > /workspace/out/d/e.txt; ln -s /etc/passwd /workspace/out/leak"});
   ASSERT_EQ(r["status"], "ok") << r.dump();
   ASSERT_EQ(r["artifacts"].size(), 2u) << r.dump();
   EXPECT_EQ(r["artifacts"][0]["name"], "d/e.txt");
@@ -146,9 +154,12 @@ TEST(Workspace, InputsInArtifactsOutWorkspaceGone) {
 
 TEST(Workspace, ArtifactsOverTheCapAreRefusedAndReported) {
   Scratch s;
-  const std::string profile = s.write("p.yaml", "name: small\nextends: default\n"
-                                                "filesystem:\n  workspace: {path: /workspace, max_artifacts: 2, max_artifact_bytes: 1KiB}\n");
-  json r = run_json(profile, {}, {"sh", "-c", "cd /workspace/out; echo a > a; echo b > b; echo c > c; head -c 2000 /dev/zero > z"});
+  const std::string profile =
+      s.write("p.yaml",
+              "name: small\nextends: default\n"
+              "filesystem:\n  workspace: {path: /workspace, max_artifacts: 2, max_artifact_bytes: 1KiB}\n");
+  json r = run_json(profile, {},
+                    {"sh", "-c", "cd /workspace/out; echo a > a; echo b > b; echo c > c; head -c 2000 /dev/zero > z"});
   ASSERT_EQ(r["status"], "ok") << r.dump();
   EXPECT_EQ(r["artifacts"].size(), 2u);
   EXPECT_EQ(r["artifacts_refused"], json::array({"c: over the cap of 2 artifacts", "z: over the cap of 2 artifacts"}));
@@ -156,7 +167,8 @@ TEST(Workspace, ArtifactsOverTheCapAreRefusedAndReported) {
 
 TEST(Workspace, BadInputNamesAreRefused) {
   for (const char* name : {"../x", "a/b", ".."}) {
-    CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--input", std::string("/etc/hostname:") + name, "--", "true"});
+    CliResult r =
+        run_cli({"run", "--rootfs", test_rootfs(), "--input", std::string("/etc/hostname:") + name, "--", "true"});
     EXPECT_EQ(r.exit_code, 2) << name;
     EXPECT_NE(r.err.find("must be a plain file name"), std::string::npos) << r.err;
   }

@@ -47,35 +47,37 @@ Result run_strict(std::vector<std::string> argv) {
 }
 
 TEST(Runtimes, TheStrictPolicyRunsPythonWithNumpyAsyncioThreadsAndSubprocess) {
-  Result r = run_strict({"python3", "-c",
-                         "import json, asyncio, decimal, uuid, numpy, requests, subprocess, threading\n"
-                         "from concurrent.futures import ThreadPoolExecutor\n"
-                         "with ThreadPoolExecutor(4) as pool: squares = sum(pool.map(lambda x: x * x, range(10)))\n"
-                         "async def main():\n"
-                         "    p = await asyncio.create_subprocess_exec('echo', 'async', stdout=asyncio.subprocess.PIPE)\n"
-                         "    out, _ = await p.communicate()\n"
-                         "    await asyncio.sleep(0.01)\n"
-                         "    return out.decode().strip()\n"
-                         "sh = subprocess.run('echo $((6*7))', shell=True, capture_output=True, text=True).stdout.strip()\n"
-                         "open('/tmp/f', 'w').write(json.dumps({'n': int(numpy.arange(4).sum())}))\n"
-                         "print(squares, asyncio.run(main()), sh, open('/tmp/f').read(), uuid.uuid4().version)\n"});
+  Result r =
+      run_strict({"python3", "-c",
+                  "import json, asyncio, decimal, uuid, numpy, requests, subprocess, threading\n"
+                  "from concurrent.futures import ThreadPoolExecutor\n"
+                  "with ThreadPoolExecutor(4) as pool: squares = sum(pool.map(lambda x: x * x, range(10)))\n"
+                  "async def main():\n"
+                  "    p = await asyncio.create_subprocess_exec('echo', 'async', stdout=asyncio.subprocess.PIPE)\n"
+                  "    out, _ = await p.communicate()\n"
+                  "    await asyncio.sleep(0.01)\n"
+                  "    return out.decode().strip()\n"
+                  "sh = subprocess.run('echo $((6*7))', shell=True, capture_output=True, text=True).stdout.strip()\n"
+                  "open('/tmp/f', 'w').write(json.dumps({'n': int(numpy.arange(4).sum())}))\n"
+                  "print(squares, asyncio.run(main()), sh, open('/tmp/f').read(), uuid.uuid4().version)\n"});
   ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
   EXPECT_EQ(r.stdout_data, "285 async 42 {\"n\": 6} 4\n");
   EXPECT_TRUE(r.denied_syscalls.empty()) << "the strict list misses a call python needs";
 }
 
 TEST(Runtimes, TheStrictPolicyRunsNodeWithWorkersAndChildProcesses) {
-  Result r = run_strict({"node", "-e",
-                         "const _ = require('lodash'), dayjs = require('dayjs'), fs = require('fs');\n"
-                         "const { Worker } = require('worker_threads'), { execSync } = require('child_process');\n"
-                         "const w = new Worker('require(\"worker_threads\").parentPort.postMessage(6 * 7)', {eval: true});\n"
-                         "w.on('message', async m => {\n"
-                         "  fs.writeFileSync('/tmp/f', String(_.sum([1, 2, 3])));\n"
-                         "  await new Promise(ok => setTimeout(ok, 10));\n"
-                         "  console.log(m, execSync('echo child').toString().trim(), fs.readFileSync('/tmp/f', 'utf8'),\n"
-                         "              dayjs('2024-01-02').format('YYYY/MM/DD'), crypto.randomUUID().length);\n"
-                         "  await w.terminate();\n"
-                         "});\n"});
+  Result r =
+      run_strict({"node", "-e",
+                  "const _ = require('lodash'), dayjs = require('dayjs'), fs = require('fs');\n"
+                  "const { Worker } = require('worker_threads'), { execSync } = require('child_process');\n"
+                  "const w = new Worker('require(\"worker_threads\").parentPort.postMessage(6 * 7)', {eval: true});\n"
+                  "w.on('message', async m => {\n"
+                  "  fs.writeFileSync('/tmp/f', String(_.sum([1, 2, 3])));\n"
+                  "  await new Promise(ok => setTimeout(ok, 10));\n"
+                  "  console.log(m, execSync('echo child').toString().trim(), fs.readFileSync('/tmp/f', 'utf8'),\n"
+                  "              dayjs('2024-01-02').format('YYYY/MM/DD'), crypto.randomUUID().length);\n"
+                  "  await w.terminate();\n"
+                  "});\n"});
   ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
   EXPECT_EQ(r.stdout_data, "42 child 6 2024/01/02 36\n");
   EXPECT_TRUE(r.denied_syscalls.empty()) << "the strict list misses a call node needs";

@@ -20,15 +20,17 @@ std::string daemonizing_python(const std::string& marker) {
          "if os.fork() == 0:\n"
          "    os.setsid()\n"
          "    if os.fork() == 0:\n"
-         "        os.execv('/bin/sleep', ['" + a + "' + '" + b + "', '1000'])\n"
+         "        os.execv('/bin/sleep', ['" +
+         a + "' + '" + b +
+         "', '1000'])\n"
          "    os._exit(0)\n"
          "time.sleep(1000)\n";
 }
 
 TEST(Supervision, TimeoutKillsDoubleForkedSetsidDescendants) {
   const std::string marker = unique_token("nsbox-sleeper-");
-  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--timeout", "3", "--", "python3", "-c",
-                         daemonizing_python(marker)});
+  pid_t cli = spawn_cli(
+      {"run", "--rootfs", test_rootfs(), "--timeout", "3", "--", "python3", "-c", daemonizing_python(marker)});
   ASSERT_TRUE(wait_for_process(marker, 10000)) << "the sleeper never started";
   EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
   EXPECT_TRUE(wait_for_no_process(marker, 2000)) << "the sleeper outlived its run";
@@ -43,8 +45,7 @@ TEST(Supervision, TimeoutResultSaysTimeout) {
 
 TEST(Supervision, SigtermToNsboxTearsTheSandboxDown) {
   const std::string marker = unique_token("nsbox-sleeper-");
-  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c",
-                         daemonizing_python(marker)});
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", daemonizing_python(marker)});
   ASSERT_TRUE(wait_for_process(marker, 10000));
   ::kill(cli, SIGTERM);
   EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
@@ -53,8 +54,7 @@ TEST(Supervision, SigtermToNsboxTearsTheSandboxDown) {
 
 TEST(Supervision, SigkillOfNsboxKillsTheSandboxToo) {
   const std::string marker = unique_token("nsbox-sleeper-");
-  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c",
-                         daemonizing_python(marker)});
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", daemonizing_python(marker)});
   ASSERT_TRUE(wait_for_process(marker, 10000));
   ::kill(cli, SIGKILL);
   EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
@@ -79,8 +79,8 @@ TEST(Supervision, SignalsPropagateAs128PlusSignal) {
 }
 
 TEST(Supervision, ArgumentsReachTheCommandExactly) {
-  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c",
-                         "import sys; print(sys.argv[1:])", "a b", "--", "", "-x"});
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", "import sys; print(sys.argv[1:])",
+                         "a b", "--", "", "-x"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "['a b', '--', '', '-x']\n");
 }

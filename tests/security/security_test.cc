@@ -48,7 +48,7 @@ const LangFiles& files_of(Lang lang) {
 struct Attack {
   std::string name;
   Lang lang = Lang::kPython;
-  std::string code;          // prelude + attack
+  std::string code;  // prelude + attack
   std::set<std::string> expect;
   int timeout_s = 30;
   bool egress = false;  // `# profile: egress`
@@ -150,8 +150,12 @@ class Bait {
   }
 
   json params() const {
-    return {{"secret_path", secret_path_}, {"secret", secret_}, {"host_pid", ::getpid()},
-            {"host_port", port_}, {"abstract", abstract_}, {"marker", marker_},
+    return {{"secret_path", secret_path_},
+            {"secret", secret_},
+            {"host_pid", ::getpid()},
+            {"host_port", port_},
+            {"abstract", abstract_},
+            {"marker", marker_},
             {"rootfs", std::filesystem::canonical(test_rootfs()).string()},
             {"host_block_devices", host_block_devices()}};
   }
@@ -166,8 +170,7 @@ class Bait {
       std::istringstream tail(line.substr(dash + 3));
       std::string fstype, source;
       tail >> fstype >> source;
-      if (source.rfind("/dev/", 0) == 0 &&
-          std::find(devices.begin(), devices.end(), source) == devices.end())
+      if (source.rfind("/dev/", 0) == 0 && std::find(devices.begin(), devices.end(), source) == devices.end())
         devices.push_back(source);
     }
     return devices;
@@ -190,12 +193,14 @@ NodeProcess* node = nullptr;
 // the tests that use it.
 NodeProcess& the_node() {
   if (!node) {
-    node = new NodeProcess("tenants:\n  - name: attacker\n    profile: default\n"
-                           "  - name: egress-attacker\n    token: " + std::string(kEgressToken) +
-                           "\n    profile: " + bait->egress_profile() + "\n  - name: forked-attacker\n    token: " +
-                           std::string(kForkedToken) + "\n    profile: " + bait->forked_profile() +
-                           "\ndefault_tenant: attacker\n"
-                           "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n  pool_size: 1\n");
+    node = new NodeProcess(
+        "tenants:\n  - name: attacker\n    profile: default\n"
+        "  - name: egress-attacker\n    token: " +
+        std::string(kEgressToken) + "\n    profile: " + bait->egress_profile() +
+        "\n  - name: forked-attacker\n    token: " + std::string(kForkedToken) +
+        "\n    profile: " + bait->forked_profile() +
+        "\ndefault_tenant: attacker\n"
+        "limits:\n  max_concurrent: 2\n  queue_depth: 64\n  client_timeout: 120s\n  pool_size: 1\n");
     EXPECT_TRUE(node->ready()) << node->log();
   }
   return *node;
@@ -213,13 +218,13 @@ const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new Securit
 
 // What one run of an attack came back with, from either path.
 struct Outcome {
-  std::string status;       // ok, error, timeout, oom, killed, exit_nonzero
-  json verdict;             // {"stopped": bool, "detail": str} or null
+  std::string status;  // ok, error, timeout, oom, killed, exit_nonzero
+  json verdict;        // {"stopped": bool, "detail": str} or null
   bool stdout_truncated = false;
   std::vector<std::string> artifact_contents;
-  std::string pool;         // through the node: warm, cold or forked
-  std::string mode_error;   // the run was not the kind the test asked for
-  std::string raw;          // for failure messages
+  std::string pool;        // through the node: warm, cold or forked
+  std::string mode_error;  // the run was not the kind the test asked for
+  std::string raw;         // for failure messages
 };
 
 // JavaScript verdicts say whether their run was forked by the fork server
@@ -227,8 +232,7 @@ struct Outcome {
 void check_forked_flag(const Attack& a, bool forked, Outcome& o) {
   if (a.lang != Lang::kJavaScript || !o.verdict.is_object()) return;
   if (!o.verdict.contains("forked") || o.verdict["forked"] != json(forked))
-    o.mode_error = std::string("the verdict says forked=") +
-                   o.verdict.value("forked", json()).dump() + ", expected " +
+    o.mode_error = std::string("the verdict says forked=") + o.verdict.value("forked", json()).dump() + ", expected " +
                    (forked ? "true" : "false");
 }
 
@@ -270,7 +274,8 @@ Outcome run_through_cli(const Attack& a) {
   size_t at = out.rfind("NSBOX-VERDICT ");
   if (at != std::string::npos) {
     size_t end = out.find('\n', at);
-    o.verdict = json::parse(out.substr(at + 14, end == std::string::npos ? std::string::npos : end - at - 14), nullptr, false);
+    o.verdict =
+        json::parse(out.substr(at + 14, end == std::string::npos ? std::string::npos : end - at - 14), nullptr, false);
     if (o.verdict.is_discarded()) o.verdict = nullptr;
   }
   if (o.status == "ok" && o.verdict.is_null()) o.status = "no verdict";
@@ -293,9 +298,7 @@ constexpr double kWarmKeys = 6;
 // 30 s (the emulated VM is slow). The caller checks what it got.
 void wait_for_warm_pool() {
   for (int i = 0; i < 1500; ++i) {
-    if (metric(the_node(), "nsbox_pool_starting") == 0 &&
-        metric(the_node(), "nsbox_pool_idle") >= kWarmKeys)
-      return;
+    if (metric(the_node(), "nsbox_pool_starting") == 0 && metric(the_node(), "nsbox_pool_idle") >= kWarmKeys) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -333,7 +336,8 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   if (a.lang == Lang::kJavaScript && !forked && !o.pool.empty() && o.pool != "warm")
     o.mode_error = "not served warm (pool " + o.pool + ")";
   check_forked_flag(a, forked, o);
-  for (const auto& art : j.value("artifacts", json::array())) o.artifact_contents.push_back(art.value("content_base64", ""));
+  for (const auto& art : j.value("artifacts", json::array()))
+    o.artifact_contents.push_back(art.value("content_base64", ""));
   return o;
 }
 
@@ -342,8 +346,7 @@ void check(const Attack& a, const Outcome& o) {
   EXPECT_EQ(o.mode_error, "") << a.name << ": the run was not of the kind asked for";
   // NSBOX_TEST_SHOW_VERDICTS=1: every attack's outcome on stderr, passed or not.
   if (std::getenv("NSBOX_TEST_SHOW_VERDICTS"))
-    std::cerr << "[verdict] " << a.name << ": status " << o.status
-              << (o.pool.empty() ? "" : ", pool " + o.pool) << ", "
+    std::cerr << "[verdict] " << a.name << ": status " << o.status << (o.pool.empty() ? "" : ", pool " + o.pool) << ", "
               << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << "\n";
   const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
   if (a.expect.count("killed")) {
@@ -353,7 +356,8 @@ void check(const Attack& a, const Outcome& o) {
   } else if (a.expect.count("truncated") && o.stdout_truncated && !o.verdict.is_object()) {
     // The verdict line itself was cut by the cap.
   } else {
-    EXPECT_TRUE(stopped) << a.name << ": " << (o.verdict.is_object() ? o.verdict.value("detail", "") : "status " + o.status);
+    EXPECT_TRUE(stopped) << a.name << ": "
+                         << (o.verdict.is_object() ? o.verdict.value("detail", "") : "status " + o.status);
   }
   if (a.expect.count("truncated")) {
     EXPECT_TRUE(o.stdout_truncated) << "the output flood was not capped";
@@ -417,9 +421,7 @@ TEST_P(JsEscape, StoppedInARunOfTheForkServer) {
 INSTANTIATE_TEST_SUITE_P(JsAttacks, JsEscape, ::testing::ValuesIn(attack_names(Lang::kJavaScript)),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
-TEST(EscapeSuite, HasAtLeastTwentyJavaScriptAttacks) {
-  EXPECT_GE(attack_names(Lang::kJavaScript).size(), 20u);
-}
+TEST(EscapeSuite, HasAtLeastTwentyJavaScriptAttacks) { EXPECT_GE(attack_names(Lang::kJavaScript).size(), 20u); }
 
 }  // namespace
 }  // namespace nsbox::testing

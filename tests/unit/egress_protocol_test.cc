@@ -220,22 +220,22 @@ TEST(EgressProtocol, RefusesUserinfo) {
 
 TEST(EgressProtocol, RefusesMalformedHeads) {
   for (const std::string& head : {
-           "GET http://example.com/ HTTP/1.1\nHost: a\r\n\r\n"s,            // bare LF
-           "GET http://example.com/ HTTP/1.1\r\nX-A: 1\nX-B: 2\r\n\r\n"s,   // bare LF in a header
-           "GET http://example.com/ HTTP/1.1\r\nX-A: 1\rX-B: 2\r\n\r\n"s,   // bare CR
-           "GET http://example.com/ HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n"s,     // obs-fold
-           "GET http://example.com/ HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n"s,    // obs-fold, tab
-           "GET http://example.com/ HTTP/1.1\r\nX-A: a\0b\r\n\r\n"s,        // NUL
-           "GET http://exam\0ple.com/ HTTP/1.1\r\n\r\n"s,                   // NUL in the target
-           "GET  http://example.com/ HTTP/1.1\r\n\r\n"s,                    // two spaces
-           "GET http://example.com/ HTTP/1.1 \r\n\r\n"s,                    // trailing space
-           "GET http://example.com/\r\n\r\n"s,                              // no version
-           " GET http://example.com/ HTTP/1.1\r\n\r\n"s,                    // leading space
-           "G(T http://example.com/ HTTP/1.1\r\n\r\n"s,                     // method not a token
-           "GET http://example.com/ HTTP/1.1\r\nHost : a\r\n\r\n"s,         // space before colon
-           "GET http://example.com/ HTTP/1.1\r\nno colon\r\n\r\n"s,         // no colon
-           "GET http://example.com/ HTTP/1.1\r\n: empty name\r\n\r\n"s,     // empty name
-           "GET http://example.com/ HTTP/1.1\r\n"s,                         // incomplete
+           "GET http://example.com/ HTTP/1.1\nHost: a\r\n\r\n"s,           // bare LF
+           "GET http://example.com/ HTTP/1.1\r\nX-A: 1\nX-B: 2\r\n\r\n"s,  // bare LF in a header
+           "GET http://example.com/ HTTP/1.1\r\nX-A: 1\rX-B: 2\r\n\r\n"s,  // bare CR
+           "GET http://example.com/ HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n"s,    // obs-fold
+           "GET http://example.com/ HTTP/1.1\r\nX-A: a\r\n\tb\r\n\r\n"s,   // obs-fold, tab
+           "GET http://example.com/ HTTP/1.1\r\nX-A: a\0b\r\n\r\n"s,       // NUL
+           "GET http://exam\0ple.com/ HTTP/1.1\r\n\r\n"s,                  // NUL in the target
+           "GET  http://example.com/ HTTP/1.1\r\n\r\n"s,                   // two spaces
+           "GET http://example.com/ HTTP/1.1 \r\n\r\n"s,                   // trailing space
+           "GET http://example.com/\r\n\r\n"s,                             // no version
+           " GET http://example.com/ HTTP/1.1\r\n\r\n"s,                   // leading space
+           "G(T http://example.com/ HTTP/1.1\r\n\r\n"s,                    // method not a token
+           "GET http://example.com/ HTTP/1.1\r\nHost : a\r\n\r\n"s,        // space before colon
+           "GET http://example.com/ HTTP/1.1\r\nno colon\r\n\r\n"s,        // no colon
+           "GET http://example.com/ HTTP/1.1\r\n: empty name\r\n\r\n"s,    // empty name
+           "GET http://example.com/ HTTP/1.1\r\n"s,                        // incomplete
            "\r\n\r\n"s,
        }) {
     HttpProxyError e = parse_error(head);
@@ -452,9 +452,9 @@ TEST(EgressProtocol, Socks5RequestRefusals) {
 }
 
 TEST(EgressProtocol, Socks5RequestNeedsMoreAtEveryTruncation) {
-  for (const std::string& msg : {socks_request(1, 1, std::string(4, '\x7f'), 80),
-                                 socks_request(1, 4, std::string(16, '\x20'), 443),
-                                 socks_request(1, 3, "localhost", 8080)}) {
+  for (const std::string& msg :
+       {socks_request(1, 1, std::string(4, '\x7f'), 80), socks_request(1, 4, std::string(16, '\x20'), 443),
+        socks_request(1, 3, "localhost", 8080)}) {
     for (size_t n = 0; n < msg.size(); ++n) {
       size_t consumed = 99;
       Socks5Request r;

@@ -380,8 +380,9 @@ TEST(EgressProxy, DeniedConnectGets403NamingHostPortAndReason) {
   };
   const std::vector<Case> cases = {
       {"10.1.2.3:443", "no rule allows 10.1.2.3 port 443"},
-      {"evil.example.com:443", "no rule allows evil.example.com:443 (only host rules allow names; the name was not "
-                               "resolved)"},
+      {"evil.example.com:443",
+       "no rule allows evil.example.com:443 (only host rules allow names; the name was not "
+       "resolved)"},
       {"127.0.0.1:1", "port 1 is not in rule {cidr: 127.0.0.1/32, ports: [" + std::to_string(up.port()) + "]}"},
   };
   for (const Case& k : cases) {
@@ -496,9 +497,9 @@ TEST(EgressProxy, HttpForwardPostBodyArrivesIntact) {
   RunningProxy px(allow_loopback({up.port()}));
   std::string body;
   for (int i = 0; body.size() < 100000; ++i) body += std::to_string(i) + ",";
-  const std::string head = "POST http://" + loopback_authority(up.port()) +
-                           "/upload HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n";
+  const std::string head =
+      "POST http://" + loopback_authority(up.port()) +
+      "/upload HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
   std::string response;
   {
     UniqueFd c = dial(px.port);
@@ -571,9 +572,9 @@ uint8_t socks_localhost(uint16_t proxy_port, uint16_t port) {
 // Why the proxy decided its last request as it did.
 std::string last_reason(const EgressProxy& proxy) {
   EgressReport rep = proxy.report();
-  return rep.connections.empty() ? "(nothing recorded)"
-                                 : std::string(to_string(rep.connections.back().verdict)) + ": " +
-                                       rep.connections.back().reason;
+  return rep.connections.empty()
+             ? "(nothing recorded)"
+             : std::string(to_string(rep.connections.back().verdict)) + ": " + rep.connections.back().reason;
 }
 
 TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
@@ -811,8 +812,8 @@ TEST(EgressProxy, ByteCapCountsAForwardedHead) {
   RunningProxy px(p);
   {
     UniqueFd c = dial(px.port);
-    ASSERT_TRUE(send_all(c.get(), "GET http://" + loopback_authority(up.port()) + "/" + std::string(200, 'a') +
-                                      " HTTP/1.1\r\n\r\n"));
+    ASSERT_TRUE(send_all(
+        c.get(), "GET http://" + loopback_authority(up.port()) + "/" + std::string(200, 'a') + " HTTP/1.1\r\n\r\n"));
     ReadResult r = read_to_eof(c.get());
     EXPECT_TRUE(r.closed());
     // The head alone is over the cap: nothing goes upstream, and the client

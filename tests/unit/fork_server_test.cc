@@ -66,8 +66,8 @@ TEST(ForkServer, ItsOwnSandboxKeepsNoRunState) {
 TEST(ForkServer, EachRunIsToldItsFreshMountsMasksLimitsAndFilter) {
   const RunSpec run = python_run();
   SeccompProgram program = SeccompProgram::default_policy();
-  std::vector<RlimitSetting> limits = {{RLIMIT_NOFILE, {256, 256}}, {RLIMIT_CORE, {0, 0}},
-                                       {RLIMIT_STACK, {RLIM_INFINITY, RLIM_INFINITY}}};
+  std::vector<RlimitSetting> limits = {
+      {RLIMIT_NOFILE, {256, 256}}, {RLIMIT_CORE, {0, 0}}, {RLIMIT_STACK, {RLIM_INFINITY, RLIM_INFINITY}}};
   auto j = nlohmann::json::parse(fork_request(run, limits, program));
   std::vector<std::string> tmpfs;
   for (const auto& t : j["tmpfs"]) tmpfs.push_back(t["target"]);

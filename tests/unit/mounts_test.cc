@@ -101,8 +101,7 @@ TEST(MountPlan, SymlinkedBindSourceIsRefused) {
     MountPlan::for_spec(spec);
     FAIL() << "expected SysError";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("open mount source /proc/self/root/etc"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("open mount source /proc/self/root/etc"), std::string::npos) << e.what();
   }
 }
 
@@ -133,8 +132,8 @@ TEST(MountPlan, DevHasOnlyHarmlessDevices) {
   for (const auto& s : plan.steps())
     if (s.kind == MountKind::kBind && s.target.rfind("/dev/", 0) == 0) devices.push_back(s.source);
   std::sort(devices.begin(), devices.end());
-  EXPECT_EQ(devices, (std::vector<std::string>{"/dev/full", "/dev/null", "/dev/random", "/dev/tty",
-                                               "/dev/urandom", "/dev/zero"}));
+  EXPECT_EQ(devices, (std::vector<std::string>{"/dev/full", "/dev/null", "/dev/random", "/dev/tty", "/dev/urandom",
+                                               "/dev/zero"}));
 }
 
 TEST(MountPlan, RawViewMatchesSteps) {

@@ -116,18 +116,22 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {"listeners:\n  - address: 127.0.0.1:70000\n" + std::string(kMinimal), "the port must be 1-65535"},
       {"listeners:\n  - address: 127.0.0.1:1\n    language: ruby\n" + std::string(kMinimal),
        "node.yaml:3:15: listeners[0].language: unknown language \"ruby\""},
-      {"tenants:\n  - name: a\n    profile: nope\n", "node.yaml:3:14: tenants[0].profile: profile 'nope' not found: no nope.yaml in"},
+      {"tenants:\n  - name: a\n    profile: nope\n",
+       "node.yaml:3:14: tenants[0].profile: profile 'nope' not found: no nope.yaml in"},
       {"tenants:\n  - name: A\n    profile: default\n", "\"A\" is not a valid tenant name"},
       {"tenants:\n  - name: a\n    token: short\n    profile: default\n",
        "node.yaml:3:12: tenants[0].token: a token must have 16 to 4096 characters, this one has 5"},
       {"tenants:\n  - name: a\n    token: 0123456789abcdef0\n    token_file: x\n    profile: default\n",
        "give either token or token_file, not both"},
       {"tenants:\n  - name: a\n    profile: default\n  - name: a\n    profile: default\n", "tenant a is defined twice"},
-      {"tenants:\n  - {name: a, token: 0123456789abcdef0, profile: default}\n  - {name: b, token: 0123456789abcdef0, profile: default}\n",
+      {"tenants:\n  - {name: a, token: 0123456789abcdef0, profile: default}\n  - {name: b, token: 0123456789abcdef0, "
+       "profile: default}\n",
        "tenant b has the same token as another tenant"},
       {std::string(kMinimal) + "default_tenant: nobody\n", "default_tenant nobody is not one of the tenants"},
-      {"listeners:\n  - address: 127.0.0.1:1\n    tenant: x\n" + std::string(kMinimal), "listener 127.0.0.1:1: tenant x is not one of the tenants"},
-      {"listeners:\n  - address: 127.0.0.1:1\n  - address: 127.0.0.1:1\n" + std::string(kMinimal), "listener 127.0.0.1:1 is defined twice"},
+      {"listeners:\n  - address: 127.0.0.1:1\n    tenant: x\n" + std::string(kMinimal),
+       "listener 127.0.0.1:1: tenant x is not one of the tenants"},
+      {"listeners:\n  - address: 127.0.0.1:1\n  - address: 127.0.0.1:1\n" + std::string(kMinimal),
+       "listener 127.0.0.1:1 is defined twice"},
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
       {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
@@ -159,7 +163,8 @@ TEST(NodeConfig, TokenFilesMustBePrivate) {
     load_node_config_text(text, file, repo_profiles());
     ADD_FAILURE() << "a world-readable token file was accepted";
   } catch (const ProfileError& e) {
-    EXPECT_NE(std::string(e.what()).find("is accessible to group or others (mode 644); chmod 600 it"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("is accessible to group or others (mode 644); chmod 600 it"),
+              std::string::npos)
         << e.what();
   }
   ::chmod(token.c_str(), 0600);
@@ -359,7 +364,8 @@ TEST(Metrics, RendersPrometheusText) {
                                .max_queued = 8,
                                .pool = {.idle = 3, .hits = 7, .misses = 1, .refills = 4, .refill_ms_total = 1500}});
   EXPECT_NE(text.find("nsbox_runs_total{tenant=\"acme\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos);
-  EXPECT_NE(text.find("nsbox_runs_total{tenant=\"b\\\"x\",language=\"javascript\",status=\"oom\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_runs_total{tenant=\"b\\\"x\",language=\"javascript\",status=\"oom\"} 1\n"),
+            std::string::npos);
   EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"0.025\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"5\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_run_duration_seconds_bucket{language=\"python\",le=\"+Inf\"} 2\n"), std::string::npos);
@@ -378,8 +384,13 @@ TEST(Metrics, RendersPrometheusText) {
 }
 
 TEST(Audit, RecordCarriesTheRunsFacts) {
-  AuditContext ctx{.run_id = "r1", .tenant = "acme", .api = "run", .client = "127.0.0.1",
-                   .code_sha256 = "abc", .input_bytes = 12, .duration_s = 0.0425};
+  AuditContext ctx{.run_id = "r1",
+                   .tenant = "acme",
+                   .api = "run",
+                   .client = "127.0.0.1",
+                   .code_sha256 = "abc",
+                   .input_bytes = 12,
+                   .duration_s = 0.0425};
   json result = json::parse(R"({"return": 1, "error": null, "status": "ok", "error_type": null,
     "usage": {"wall_ms": 40, "cpu_ms": 30, "peak_memory_bytes": 4096}, "limits_hit": ["output"],
     "warnings": [], "profile": "default", "language": "python", "exit_code": 0, "signal": null})");

@@ -116,8 +116,7 @@ TEST(ProfileErrors, CarryThePosition) {
     EXPECT_EQ(e.line(), 3);
     EXPECT_EQ(e.column(), 9);
     EXPECT_EQ(e.message(), "limits.pids: expected an integer in 1..65536, got \"many\"");
-    EXPECT_STREQ(e.what(),
-                 "x.yaml:3:9: limits.pids: expected an integer in 1..65536, got \"many\"");
+    EXPECT_STREQ(e.what(), "x.yaml:3:9: limits.pids: expected an integer in 1..65536, got \"many\"");
   }
 }
 
@@ -162,8 +161,8 @@ TEST(Profiles, ForkServerIsAChoiceThatRoundTrips) {
   EXPECT_TRUE(on.fork_server.javascript);
   expect_round_trip(on);
   for (const char* language : {"python", "javascript"}) {
-    Profile one = load_profile_text(std::string("name: c\nfork_server: [") + language + "]\n", "c.yaml",
-                                    ProfileSearch{});
+    Profile one =
+        load_profile_text(std::string("name: c\nfork_server: [") + language + "]\n", "c.yaml", ProfileSearch{});
     EXPECT_EQ(one.fork_server.python, std::string(language) == "python");
     EXPECT_EQ(one.fork_server.javascript, std::string(language) == "javascript");
     expect_round_trip(one);
@@ -215,8 +214,7 @@ TEST(ShippedProfiles, PythonNodeStrictAndTenants) {
   Profile acme = load_profile(kSource + "/profiles/tenants/acme-analytics.yaml", repo_search());
   EXPECT_EQ(acme.inheritance, (std::vector<std::string>{"python", "default"}));
   ASSERT_EQ(acme.mounts.size(), 1u);
-  EXPECT_EQ(acme.mounts[0],
-            (ProfileMount{"/srv/nsbox/datasets/acme", "/data", MountMode::kReadOnly, true}));
+  EXPECT_EQ(acme.mounts[0], (ProfileMount{"/srv/nsbox/datasets/acme", "/data", MountMode::kReadOnly, true}));
   EXPECT_EQ(acme.env.at("PYTHONUNBUFFERED"), "1");
 
   Profile minimal = load_profile(kSource + "/profiles/tenants/minimal.yaml", repo_search());
@@ -228,12 +226,11 @@ TEST(ShippedProfiles, PythonNodeStrictAndTenants) {
 
 TEST(ShippedProfiles, DefaultMasksAreAlwaysThere) {
   Profile p = load_profile_text("name: bare\n", "bare.yaml", ProfileSearch{});
-  EXPECT_EQ(p.mask, (std::vector<std::string>{"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys",
-                                              "/sys/firmware"}));
-  Profile more = load_profile_text("name: more\nfilesystem: {mask: [/proc/keys, /proc/sys]}\n",
-                                   "more.yaml", ProfileSearch{});
-  EXPECT_EQ(more.mask, (std::vector<std::string>{"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys",
-                                                 "/sys/firmware", "/proc/keys"}));
+  EXPECT_EQ(p.mask, (std::vector<std::string>{"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys", "/sys/firmware"}));
+  Profile more =
+      load_profile_text("name: more\nfilesystem: {mask: [/proc/keys, /proc/sys]}\n", "more.yaml", ProfileSearch{});
+  EXPECT_EQ(more.mask, (std::vector<std::string>{"/proc/kcore", "/proc/sysrq-trigger", "/proc/sys", "/sys/firmware",
+                                                 "/proc/keys"}));
 }
 
 // ---- printing ----
@@ -289,13 +286,12 @@ user: {uid: 1000, gid: 1001}
   EXPECT_EQ(p.limits.cpus, 0.33);
   EXPECT_EQ(p.limits.enforcement, Enforcement::kBestEffort);
   EXPECT_EQ(p.tmpfs,
-            (std::vector<ProfileTmpfs>{
-                {"/home/sandbox", 3ull << 20}, {"/tmp", 5ull << 20}, {"/cache", 1ull << 30}}));
+            (std::vector<ProfileTmpfs>{{"/home/sandbox", 3ull << 20}, {"/tmp", 5ull << 20}, {"/cache", 1ull << 30}}));
   EXPECT_EQ(p.env.at("QUOTES"), "say \"hi\"\n");
   expect_round_trip(p);
 
-  Profile allow = load_profile_text("name: allow\nseccomp: {allow: [read, write, exit_group]}\n",
-                                    "allow.yaml", ProfileSearch{});
+  Profile allow =
+      load_profile_text("name: allow\nseccomp: {allow: [read, write, exit_group]}\n", "allow.yaml", ProfileSearch{});
   EXPECT_EQ(allow.seccomp, "allow");
   EXPECT_EQ(allow.seccomp_allow, (std::vector<std::string>{"read", "write", "exit_group"}));
   expect_round_trip(allow);
@@ -353,11 +349,10 @@ TEST(RoundTrip, PrintsEveryKeyInSchemaOrder) {
   std::string yaml = to_yaml(load_profile("default", repo_search()));
   size_t last = 0;
   for (const char* key :
-       {"name:",        "limits:",     "wall_time:", "cpu_time:", "memory:",     "pids:",
-        "cpus:",        "tmpfs:",      "stdout:",    "stderr:",   "open_files:", "file_size:",
-        "enforcement:", "filesystem:", "rootfs:",    "mounts:",   "tmpfs:",      "mask:",
-        "workspace:",   "env:",        "seccomp:",   "network:",  "mode:",       "user:",
-        "uid:",         "gid:"}) {
+       {"name:",    "limits:", "wall_time:", "cpu_time:",   "memory:",    "pids:",        "cpus:",
+        "tmpfs:",   "stdout:", "stderr:",    "open_files:", "file_size:", "enforcement:", "filesystem:",
+        "rootfs:",  "mounts:", "tmpfs:",     "mask:",       "workspace:", "env:",         "seccomp:",
+        "network:", "mode:",   "user:",      "uid:",        "gid:"}) {
     size_t at = yaml.find(key, last);
     ASSERT_NE(at, std::string::npos) << key << " missing or out of order in\n" << yaml;
     last = at;
@@ -400,15 +395,12 @@ seccomp: default
   EXPECT_EQ(p.limits.wall_time, milliseconds(20000));  // from base
   EXPECT_EQ(p.limits.memory, 128ull << 20);            // child overrides
   EXPECT_EQ(p.limits.pids, ProfileLimits{}.pids);      // built-in default
-  EXPECT_EQ(p.env,
-            (std::map<std::string, std::string>{{"A", "base"}, {"B", "mid"}, {"C", "child"}}));
-  EXPECT_EQ(p.mounts,
-            (std::vector<ProfileMount>{{"/srv/tenant", "/shared", MountMode::kReadWrite, false},
-                                       {"/srv/tools", "/tools", MountMode::kReadOnly, false},
-                                       {"/srv/data", "/data", MountMode::kReadOnly, false}}));
+  EXPECT_EQ(p.env, (std::map<std::string, std::string>{{"A", "base"}, {"B", "mid"}, {"C", "child"}}));
+  EXPECT_EQ(p.mounts, (std::vector<ProfileMount>{{"/srv/tenant", "/shared", MountMode::kReadWrite, false},
+                                                 {"/srv/tools", "/tools", MountMode::kReadOnly, false},
+                                                 {"/srv/data", "/data", MountMode::kReadOnly, false}}));
   // An unsized tmpfs entry takes the final limits.tmpfs, the child's.
-  EXPECT_EQ(p.tmpfs,
-            (std::vector<ProfileTmpfs>{{"/tmp", 8ull << 20}, {"/home/sandbox", 8ull << 20}}));
+  EXPECT_EQ(p.tmpfs, (std::vector<ProfileTmpfs>{{"/tmp", 8ull << 20}, {"/home/sandbox", 8ull << 20}}));
   EXPECT_EQ(p.mask.back(), "/proc/timer_list");
   EXPECT_EQ(std::count(p.mask.begin(), p.mask.end(), "/proc/keys"), 1);
   EXPECT_FALSE(p.workspace);
@@ -420,9 +412,8 @@ seccomp: default
 TEST(Extends, WorkspaceMergesKeyByKey) {
   TempDir dir;
   dir.write("base.yaml", "name: base\nfilesystem: {workspace: {path: /ws, max_artifacts: 5}}\n");
-  Profile p = load_profile_text(
-      "name: c\nextends: base\nfilesystem: {workspace: {max_artifact_bytes: 1MiB}}\n", "c.yaml",
-      ProfileSearch{{dir.path()}});
+  Profile p = load_profile_text("name: c\nextends: base\nfilesystem: {workspace: {max_artifact_bytes: 1MiB}}\n",
+                                "c.yaml", ProfileSearch{{dir.path()}});
   ASSERT_TRUE(p.workspace);
   EXPECT_EQ(*p.workspace, (ProfileWorkspace{"/ws", 5, 1ull << 20}));
 }
@@ -446,8 +437,7 @@ TEST(Extends, EightAncestorsAreAllowedNineAreNot) {
   }
   dir.write("p8.yaml", "name: p8\nextends: default\n");
   // p1 .. p8 and default: nine ancestors.
-  EXPECT_THROW(load_profile_text("name: p0\nextends: p1\n", "p0.yaml", ProfileSearch{{dir.path()}}),
-               ProfileError);
+  EXPECT_THROW(load_profile_text("name: p0\nextends: p1\n", "p0.yaml", ProfileSearch{{dir.path()}}), ProfileError);
   // p2 .. p8 and default: eight.
   Profile p = load_profile_text("name: p0\nextends: p2\n", "p0.yaml", ProfileSearch{{dir.path()}});
   EXPECT_EQ(p.inheritance.size(), 8u);
@@ -465,8 +455,8 @@ TEST(Search, DefaultSearchOrder) {
   ::unsetenv("NSBOX_PROFILE_PATH");
   ProfileSearch without = default_profile_search("");
   if (before) ::setenv("NSBOX_PROFILE_PATH", before->c_str(), 1);
-  EXPECT_EQ(s.dirs, (std::vector<std::string>{"/a/profiles", "/b", "/etc/nsbox/profiles",
-                                              NSBOX_DATADIR "/profiles", "/opt/nsbox/profiles"}));
+  EXPECT_EQ(s.dirs, (std::vector<std::string>{"/a/profiles", "/b", "/etc/nsbox/profiles", NSBOX_DATADIR "/profiles",
+                                              "/opt/nsbox/profiles"}));
   EXPECT_EQ(without.dirs, (std::vector<std::string>{"/etc/nsbox/profiles", NSBOX_DATADIR "/profiles"}));
 }
 
@@ -483,8 +473,7 @@ TEST(Search, DefaultIsBuiltIn) {
   EXPECT_EQ(without_origin(embedded, file), file);
   EXPECT_EQ(embedded_default_profile(), read_text(kSource + "/profiles/default.yaml"));
   // A child of default loads with no profile directory at all.
-  Profile child =
-      load_profile_text("name: c\nextends: default\n", "c.yaml", ProfileSearch{{"/nonexistent"}});
+  Profile child = load_profile_text("name: c\nextends: default\n", "c.yaml", ProfileSearch{{"/nonexistent"}});
   EXPECT_EQ(child.inheritance, std::vector<std::string>{"default"});
 }
 
@@ -528,15 +517,14 @@ TEST(ProfileNames, Syntax) {
 
 TEST(Check, PrintsValidProfilesAndReportsErrors) {
   std::ostringstream out, err;
-  std::vector<std::string> files = {kSource + "/profiles/python.yaml",
-                                    kSource + "/tests/profiles/broken/uid_zero.yaml", "strict"};
+  std::vector<std::string> files = {kSource + "/profiles/python.yaml", kSource + "/tests/profiles/broken/uid_zero.yaml",
+                                    "strict"};
   EXPECT_EQ(run_check(files, false, repo_search(), out, err), 1);
   EXPECT_EQ(out.str().rfind("---\n# profile python", 0), 0u) << out.str();
   EXPECT_NE(out.str().find("---\n# profile strict"), std::string::npos);
-  EXPECT_EQ(err.str(),
-            kSource +
-                "/tests/profiles/broken/uid_zero.yaml:3:8: user.uid: the sandbox user must not be "
-                "root inside (uid 0)\n");
+  EXPECT_EQ(err.str(), kSource +
+                           "/tests/profiles/broken/uid_zero.yaml:3:8: user.uid: the sandbox user must not be "
+                           "root inside (uid 0)\n");
   std::ostringstream out2, err2;
   EXPECT_EQ(run_check({}, false, repo_search(), out2, err2), 1);
   EXPECT_EQ(err2.str(), "nsbox check: no profile given\n");
@@ -564,16 +552,14 @@ std::string migration_error(const std::string& path) {
 }
 
 TEST(OpenJiuwen, PublishedFileIsRefusedForItsSharedNetwork) {
-  EXPECT_EQ(
-      migration_error(kOpenJiuwen + "/sandbox_config.yaml"),
-      "tests/profiles/openjiuwen/sandbox_config.yaml:15:8: namespace.net: false would share the "
-      "host's network with the sandbox; nsbox always gives a sandbox its own network namespace, "
-      "and what it may reach is the profile's network section (mode none, or egress through "
-      "nsbox's proxy with an allow list): set net: True to migrate");
-  EXPECT_EQ(
-      migration_error(kOpenJiuwen + "/gateway_sandbox_config.yaml"),
-      "tests/profiles/openjiuwen/gateway_sandbox_config.yaml:13:9: namespace.user: false would "
-      "share the host's user namespace; nsbox always creates it: set user: True");
+  EXPECT_EQ(migration_error(kOpenJiuwen + "/sandbox_config.yaml"),
+            "tests/profiles/openjiuwen/sandbox_config.yaml:15:8: namespace.net: false would share the "
+            "host's network with the sandbox; nsbox always gives a sandbox its own network namespace, "
+            "and what it may reach is the profile's network section (mode none, or egress through "
+            "nsbox's proxy with an allow list): set net: True to migrate");
+  EXPECT_EQ(migration_error(kOpenJiuwen + "/gateway_sandbox_config.yaml"),
+            "tests/profiles/openjiuwen/gateway_sandbox_config.yaml:13:9: namespace.user: false would "
+            "share the host's user namespace; nsbox always creates it: set user: True");
 }
 
 TEST(OpenJiuwen, PublishedFileWithIsolatedNetworkMigrates) {
@@ -628,11 +614,10 @@ TEST(OpenJiuwen, DeviceMounts) {
   EXPECT_EQ(migrate_text(base + "  - {src: /dev/null, dst: /dev/null, mode: dev}\n"
                                 "  - {src: /dev/tty, dst: /dev/tty, mode: dev}\n"),
             "(no error)");
-  EXPECT_EQ(
-      migrate_text(base + "  - {src: /dev/sda, dst: /dev/sda, mode: dev}\n"),
-      "4:42: mount[1].mode: a device mount (mode dev) is not supported: nsbox gives every sandbox "
-      "/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom and /dev/tty, and no other "
-      "device");
+  EXPECT_EQ(migrate_text(base + "  - {src: /dev/sda, dst: /dev/sda, mode: dev}\n"),
+            "4:42: mount[1].mode: a device mount (mode dev) is not supported: nsbox gives every sandbox "
+            "/dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom and /dev/tty, and no other "
+            "device");
   EXPECT_EQ(migrate_text(base + "  - {src: /srv/x, dst: /x, mode: exec}\n"),
             "4:34: mount[1].mode: expected read, write or dev, got \"exec\"");
   EXPECT_EQ(migrate_text(base + "  - {src: /srv/x, dst: /proc/x, mode: write}\n"),
@@ -644,61 +629,47 @@ TEST(OpenJiuwen, DeviceMounts) {
 }
 
 TEST(OpenJiuwen, Namespaces) {
-  EXPECT_EQ(
-      migrate_text(
-          "namespace: {user: True, net: True, pid: False, ipc: True, uts: True, cgroup: True}\n"),
-      "1:41: namespace.pid: false would share the host's pid namespace; nsbox always creates it: "
-      "set "
-      "pid: True");
-  EXPECT_EQ(
-      migrate_text("namespace: {user: True, pid: True, ipc: True, uts: True, cgroup: True}\n"),
-      "1:12: namespace.net is absent, which the platform reads as false: it would share the host's "
-      "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
-      "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
-      "with an allow list): set net: True to migrate");
-  EXPECT_EQ(
-      migrate_text("timeout: 5\n"),
-      "1:1: namespace.net is absent, which the platform reads as false: it would share the host's "
-      "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
-      "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
-      "with an allow list): set net: True to migrate");
+  EXPECT_EQ(migrate_text("namespace: {user: True, net: True, pid: False, ipc: True, uts: True, cgroup: True}\n"),
+            "1:41: namespace.pid: false would share the host's pid namespace; nsbox always creates it: "
+            "set "
+            "pid: True");
+  EXPECT_EQ(migrate_text("namespace: {user: True, pid: True, ipc: True, uts: True, cgroup: True}\n"),
+            "1:12: namespace.net is absent, which the platform reads as false: it would share the host's "
+            "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
+            "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
+            "with an allow list): set net: True to migrate");
+  EXPECT_EQ(migrate_text("timeout: 5\n"),
+            "1:1: namespace.net is absent, which the platform reads as false: it would share the host's "
+            "network with the sandbox; nsbox always gives a sandbox its own network namespace, and what "
+            "it may reach is the profile's network section (mode none, or egress through nsbox's proxy "
+            "with an allow list): set net: True to migrate");
   EXPECT_EQ(migrate_text("namespace: {user: True, net: True, pid: True, ipc: True, uts: True, "
                          "cgroup: True, mnt: True}\n"),
             "1:83: unknown key 'mnt' in namespace (did you mean 'net'?)");
-  EXPECT_EQ(
-      migrate_text(
-          "namespace: {user: yes, net: True, pid: True, ipc: True, uts: True, cgroup: True}\n"),
-      "1:19: namespace.user: expected true or false, got \"yes\"");
+  EXPECT_EQ(migrate_text("namespace: {user: yes, net: True, pid: True, ipc: True, uts: True, cgroup: True}\n"),
+            "1:19: namespace.user: expected true or false, got \"yes\"");
 }
 
 TEST(OpenJiuwen, OtherKeys) {
   std::string base = kMinimalConfig;
-  EXPECT_EQ(migrate_text(base + "timeout: 10s\n"),
-            "4:10: timeout: expected a number in 0..86400, got \"10s\"");
+  EXPECT_EQ(migrate_text(base + "timeout: 10s\n"), "4:10: timeout: expected a number in 0..86400, got \"10s\"");
   EXPECT_EQ(migrate_text(base + "timeout: 0\n"), "(no error)");
   EXPECT_EQ(migrate_text(base + "environment: {LD_PRELOAD: /x.so}\n"),
             "4:15: environment.LD_PRELOAD: not allowed: it would load a library into every program "
             "of the "
             "sandbox, the language runners included; put libraries into the rootfs instead");
-  EXPECT_EQ(
-      migrate_text(base + "options: ['--proc', '/proc', '--dev', '/dev', '--die-with-parent']\n"),
-      "(no error)");
-  EXPECT_EQ(
-      migrate_text(base + "options: ['--share-net']\n"),
-      "4:11: options[0]: bwrap option \"--share-net\" has no nsbox equivalent: only options that "
-      "repeat what nsbox always does are accepted (--proc /proc, --dev /dev, --tmpfs /tmp, "
-      "--unshare-*, --die-with-parent, --new-session, --cap-drop ALL, --clearenv)");
+  EXPECT_EQ(migrate_text(base + "options: ['--proc', '/proc', '--dev', '/dev', '--die-with-parent']\n"), "(no error)");
+  EXPECT_EQ(migrate_text(base + "options: ['--share-net']\n"),
+            "4:11: options[0]: bwrap option \"--share-net\" has no nsbox equivalent: only options that "
+            "repeat what nsbox always does are accepted (--proc /proc, --dev /dev, --tmpfs /tmp, "
+            "--unshare-*, --die-with-parent, --new-session, --cap-drop ALL, --clearenv)");
   EXPECT_EQ(migrate_text(base + "options: ['--proc', '/hostproc']\n"),
             "4:21: options[1]: nsbox always has --proc /proc, got the quoted string \"/hostproc\"");
-  EXPECT_EQ(migrate_text(base + "options: ['--proc']\n"),
-            "4:11: options[0]: bwrap option --proc needs an argument");
-  EXPECT_EQ(
-      migrate_text(base + "sandbox: {type: firejail, path: firejail}\n"),
-      "4:17: sandbox.type: expected bubblewrap (the only type the platform has), got \"firejail\"");
-  EXPECT_EQ(migrate_text(base + "interpreter: {python_path: python3, node_path: node}\n"),
-            "(no error)");
-  EXPECT_EQ(migrate_text(base + "mounts: []\n"),
-            "4:1: unknown top-level key 'mounts' (did you mean 'mount'?)");
+  EXPECT_EQ(migrate_text(base + "options: ['--proc']\n"), "4:11: options[0]: bwrap option --proc needs an argument");
+  EXPECT_EQ(migrate_text(base + "sandbox: {type: firejail, path: firejail}\n"),
+            "4:17: sandbox.type: expected bubblewrap (the only type the platform has), got \"firejail\"");
+  EXPECT_EQ(migrate_text(base + "interpreter: {python_path: python3, node_path: node}\n"), "(no error)");
+  EXPECT_EQ(migrate_text(base + "mounts: []\n"), "4:1: unknown top-level key 'mounts' (did you mean 'mount'?)");
   EXPECT_EQ(migrate_text(base + "seccomp: {allow: {x86_64: [read, nosuchcall]}}\n"),
             "4:34: seccomp.allow.x86_64[1]: unknown system call \"nosuchcall\" on x86_64");
   EXPECT_EQ(migrate_text(base + "seccomp: {allow: {aarch64: [open]}}\n"),
@@ -712,8 +683,7 @@ TEST(ProfilesDoc, NamesEveryKeyTheLoaderKnows) {
   std::string doc = read_text(kSource + "/docs/PROFILES.md");
   ASSERT_FALSE(doc.empty()) << "docs/PROFILES.md missing";
   for (const auto& key : profile_schema_keys()) {
-    EXPECT_NE(doc.find("`" + key + "`"), std::string::npos)
-        << "docs/PROFILES.md does not name `" << key << "`";
+    EXPECT_NE(doc.find("`" + key + "`"), std::string::npos) << "docs/PROFILES.md does not name `" << key << "`";
   }
   for (const auto& key : openjiuwen_schema_keys()) {
     EXPECT_NE(doc.find("`" + key + "`"), std::string::npos)
@@ -724,9 +694,8 @@ TEST(ProfilesDoc, NamesEveryKeyTheLoaderKnows) {
 TEST(ProfilesDoc, SchemaListsNestedKeys) {
   const auto& keys = profile_schema_keys();
   for (const char* k :
-       {"name", "extends", "limits.memory", "filesystem.mounts[].target",
-        "filesystem.workspace.max_artifact_bytes", "seccomp.allow", "network.mode", "network.allow[].cidr",
-        "network.max_bytes", "user.uid"}) {
+       {"name", "extends", "limits.memory", "filesystem.mounts[].target", "filesystem.workspace.max_artifact_bytes",
+        "seccomp.allow", "network.mode", "network.allow[].cidr", "network.max_bytes", "user.uid"}) {
     EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
   }
 }

@@ -26,8 +26,7 @@ TEST(Outcome, KilledRunSaysWhyWhenTheSupervisorDid) {
 }
 
 TEST(Outcome, KilledBySeccompWithoutDetailNamesTheCause) {
-  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGSYS)).error,
-            "Execution was killed by SIGSYS (a forbidden system call)");
+  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGSYS)).error, "Execution was killed by SIGSYS (a forbidden system call)");
 }
 
 TEST(Outcome, KilledBySignalAloneNamesTheSignal) {

@@ -8,9 +8,8 @@ namespace nsbox {
 namespace {
 
 bool has_rule(const SeccompProgram& p, const std::string& syscall, const std::string& action) {
-  return std::any_of(p.rules().begin(), p.rules().end(), [&](const SeccompRuleInfo& r) {
-    return r.syscall == syscall && r.action == action;
-  });
+  return std::any_of(p.rules().begin(), p.rules().end(),
+                     [&](const SeccompRuleInfo& r) { return r.syscall == syscall && r.action == action; });
 }
 
 TEST(DefaultPolicy, CompilesToBpf) {
@@ -22,11 +21,12 @@ TEST(DefaultPolicy, CompilesToBpf) {
 
 TEST(DefaultPolicy, DeniesWhatTheLauncherPromises) {
   SeccompProgram p = SeccompProgram::default_policy();
-  for (const char* s : {"ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-                        "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
-                        "kexec_load", "init_module", "finit_module", "delete_module",
-                        "open_by_handle_at", "acct", "swapon", "swapoff", "reboot", "syslog",
-                        "clock_settime", "settimeofday", "personality", "clone", "ioctl"}) {
+  for (const char* s :
+       {"ptrace",       "mount",       "umount2",     "pivot_root",   "chroot",        "unshare",
+        "setns",        "keyctl",      "add_key",     "request_key",  "bpf",           "perf_event_open",
+        "userfaultfd",  "kexec_load",  "init_module", "finit_module", "delete_module", "open_by_handle_at",
+        "acct",         "swapon",      "swapoff",     "reboot",       "syslog",        "clock_settime",
+        "settimeofday", "personality", "clone",       "ioctl"}) {
     EXPECT_TRUE(has_rule(p, s, "EPERM")) << s;
   }
   for (const char* s : {"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"}) {
@@ -74,7 +74,10 @@ TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
   for (const auto& r : def.rules()) {
     if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname") continue;
     if (r.condition == "flags has CLONE_NEWUSER" || r.condition == "flags has CLONE_NEWPID") continue;
-    EXPECT_TRUE(has_rule(fork, r.syscall, r.action == "EPERM" ? "ENOSYS" : r.action == "KILL_PROCESS" ? "ENOSYS" : r.action))
+    EXPECT_TRUE(has_rule(fork, r.syscall,
+                         r.action == "EPERM"          ? "ENOSYS"
+                         : r.action == "KILL_PROCESS" ? "ENOSYS"
+                                                      : r.action))
         << r.syscall << " " << r.condition;
   }
   // No listener: each run's own filter, stacked on it, takes the one a

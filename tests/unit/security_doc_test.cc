@@ -17,8 +17,8 @@ TEST(SecurityDoc, ListsEverySeccompRule) {
   const std::string doc = ss.str();
   SeccompProgram p = SeccompProgram::default_policy();
   for (const auto& r : p.rules()) {
-    std::string row = "| `" + r.syscall + "` | " + (r.condition.empty() ? "always" : r.condition) +
-                      " | " + r.action + " | " + r.reason + " |";
+    std::string row = "| `" + r.syscall + "` | " + (r.condition.empty() ? "always" : r.condition) + " | " + r.action +
+                      " | " + r.reason + " |";
     EXPECT_NE(doc.find(row), std::string::npos) << "docs/SECURITY.md lacks the row:\n" << row;
   }
 }

@@ -44,26 +44,18 @@ TEST(ParseSize, RefusesWithWhatWasExpected) {
   EXPECT_EQ(size_error("256"), "expected a size with a unit (B, KiB, MiB, GiB, TiB), got \"256\"");
   EXPECT_EQ(size_error(""), "expected a size with a unit (B, KiB, MiB, GiB, TiB), got \"\"");
   EXPECT_EQ(size_error("MiB"), "expected a size with a unit (B, KiB, MiB, GiB, TiB), got \"MiB\"");
-  EXPECT_EQ(size_error("1.MiB"),
-            "expected a size with a unit (B, KiB, MiB, GiB, TiB), got \"1.MiB\"");
+  EXPECT_EQ(size_error("1.MiB"), "expected a size with a unit (B, KiB, MiB, GiB, TiB), got \"1.MiB\"");
   EXPECT_EQ(size_error("-1MiB"), "a size cannot be negative, got \"-1MiB\"");
-  EXPECT_EQ(
-      size_error("256MB"),
-      "ambiguous size unit \"MB\" in \"256MB\": use MiB (sizes are binary: B, KiB, MiB, GiB, TiB)");
-  EXPECT_EQ(
-      size_error("1G"),
-      "ambiguous size unit \"G\" in \"1G\": use GiB (sizes are binary: B, KiB, MiB, GiB, TiB)");
-  EXPECT_EQ(size_error("10XiB"),
-            "unknown size unit \"XiB\" in \"10XiB\": expected B, KiB, MiB, GiB or TiB");
-  EXPECT_EQ(size_error("10mib"),
-            "unknown size unit \"mib\" in \"10mib\": expected B, KiB, MiB, GiB or TiB");
-  EXPECT_EQ(size_error("256 MiB"),
-            "unexpected space in \"256 MiB\": write the unit right after the number");
+  EXPECT_EQ(size_error("256MB"),
+            "ambiguous size unit \"MB\" in \"256MB\": use MiB (sizes are binary: B, KiB, MiB, GiB, TiB)");
+  EXPECT_EQ(size_error("1G"), "ambiguous size unit \"G\" in \"1G\": use GiB (sizes are binary: B, KiB, MiB, GiB, TiB)");
+  EXPECT_EQ(size_error("10XiB"), "unknown size unit \"XiB\" in \"10XiB\": expected B, KiB, MiB, GiB or TiB");
+  EXPECT_EQ(size_error("10mib"), "unknown size unit \"mib\" in \"10mib\": expected B, KiB, MiB, GiB or TiB");
+  EXPECT_EQ(size_error("256 MiB"), "unexpected space in \"256 MiB\": write the unit right after the number");
   EXPECT_EQ(size_error("1.5B"), "size \"1.5B\" is not a whole number of bytes");
   EXPECT_EQ(size_error("16777216TiB"), "size \"16777216TiB\" is too large");
   EXPECT_EQ(size_error("18446744073709551616B"), "size \"18446744073709551616B\" is too large");
-  EXPECT_EQ(size_error("999999999999999999999999B"),
-            "size \"999999999999999999999999B\" is too large");
+  EXPECT_EQ(size_error("999999999999999999999999B"), "size \"999999999999999999999999B\" is too large");
 }
 
 TEST(ParseDuration, Units) {
@@ -80,14 +72,11 @@ TEST(ParseDuration, RefusesWithWhatWasExpected) {
   EXPECT_EQ(duration_error("10"), "expected a duration with a unit (ms, s, m, h), got \"10\"");
   EXPECT_EQ(duration_error(""), "expected a duration with a unit (ms, s, m, h), got \"\"");
   EXPECT_EQ(duration_error("-1s"), "a duration cannot be negative, got \"-1s\"");
-  EXPECT_EQ(duration_error("10sec"),
-            "unknown duration unit \"sec\" in \"10sec\": expected ms, s, m or h");
+  EXPECT_EQ(duration_error("10sec"), "unknown duration unit \"sec\" in \"10sec\": expected ms, s, m or h");
   EXPECT_EQ(duration_error("1d"), "unknown duration unit \"d\" in \"1d\": expected ms, s, m or h");
   EXPECT_EQ(duration_error("1.5ms"), "duration \"1.5ms\" is not a whole number of milliseconds");
-  EXPECT_EQ(duration_error("9999999999999999999h"),
-            "duration \"9999999999999999999h\" is too large");
-  EXPECT_EQ(duration_error("10 s"),
-            "unexpected space in \"10 s\": write the unit right after the number");
+  EXPECT_EQ(duration_error("9999999999999999999h"), "duration \"9999999999999999999h\" is too large");
+  EXPECT_EQ(duration_error("10 s"), "unexpected space in \"10 s\": write the unit right after the number");
 }
 
 TEST(FormatSize, LargestExactUnit) {
@@ -113,9 +102,8 @@ TEST(FormatDuration, LargestExactUnit) {
 }
 
 TEST(Units, FormatThenParseIsIdentity) {
-  for (uint64_t n :
-       std::initializer_list<uint64_t>{0, 1, 1023, 1024, 1025, 1536ull << 10, 5ull << 30,
-                                       7ull << 40, std::numeric_limits<uint64_t>::max()}) {
+  for (uint64_t n : std::initializer_list<uint64_t>{0, 1, 1023, 1024, 1025, 1536ull << 10, 5ull << 30, 7ull << 40,
+                                                    std::numeric_limits<uint64_t>::max()}) {
     EXPECT_EQ(parse_size(format_size(n)), n) << n;
   }
   for (long long ms : {0LL, 1LL, 999LL, 1000LL, 59999LL, 60000LL, 3600000LL, 3600001LL}) {

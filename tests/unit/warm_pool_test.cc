@@ -39,8 +39,7 @@ class WarmPoolTest : public ::testing::Test {
   void wait_until_idle(WarmPool& pool, PoolStats& stats, uint64_t idle) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (stats.idle.load() < idle) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-          << "the stand-in workers never said ready";
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stand-in workers never said ready";
       std::vector<pollfd> fds;
       pool.add_pollfds(fds);
       ::poll(fds.data(), fds.size(), 100);

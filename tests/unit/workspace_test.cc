@@ -37,8 +37,7 @@ std::string read_file(const std::filesystem::path& path) {
 class Artifacts : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "nsbox-ws-test-XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "nsbox-ws-test-XXXXXX").string();
     ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
     root_ = pattern;
     std::filesystem::create_directories(root_ / "ws" / "out" / "sub");
@@ -70,8 +69,7 @@ TEST_F(Artifacts, KeptInMemoryWithTheirDigestsAndNothingCopied) {
   EXPECT_EQ(report.artifacts[1].sha256, sha256_of(binary_));
   ASSERT_EQ(report.refused.size(), 1u);
   EXPECT_EQ(report.refused[0], "link: a symlink, not returned");
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_), {}), 1)
-      << "something besides ws/ was made";
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_), {}), 1) << "something besides ws/ was made";
 }
 
 TEST_F(Artifacts, CopiedWithoutContentUnlessAsked) {
@@ -105,8 +103,7 @@ TEST_F(Artifacts, OverTheByteCapIsRefusedAndNotKept) {
   ASSERT_EQ(report.artifacts.size(), 1u);
   EXPECT_EQ(report.artifacts[0].content, "hello");
   ASSERT_EQ(report.refused.size(), 2u);
-  EXPECT_NE(report.refused[1].find("sub/b.bin (7 bytes): over the cap of 6 bytes"),
-            std::string::npos)
+  EXPECT_NE(report.refused[1].find("sub/b.bin (7 bytes): over the cap of 6 bytes"), std::string::npos)
       << report.refused[1];
 }
 

@@ -49,8 +49,8 @@ using Clock = std::chrono::steady_clock;
 
 enum Variant : char { kFork, kNamespaces, kNetwork, kCgroup, kVariantCount };
 
-constexpr std::array<const char*, kVariantCount> kVariantNames = {
-    "fork", "+ mount, pid, ipc, uts ns", "+ net ns (lo up)", "+ run cgroup"};
+constexpr std::array<const char*, kVariantCount> kVariantNames = {"fork", "+ mount, pid, ipc, uts ns",
+                                                                  "+ net ns (lo up)", "+ run cgroup"};
 constexpr std::array<const char*, kVariantCount> kVariantWork = {
     "zygote forks C, C forks PID 1, PID 1 forks the workload; all exit",
     "C unshares them; PID 1 mounts a fresh /proc and a tmpfs /tmp",
@@ -66,8 +66,7 @@ struct Options {
 };
 
 [[noreturn]] void die(const std::string& step, const std::string& object, int err) {
-  std::fprintf(stderr, "bench-fork-floor: %s\n",
-               nsbox::format_sys_error(step, object, err).c_str());
+  std::fprintf(stderr, "bench-fork-floor: %s\n", nsbox::format_sys_error(step, object, err).c_str());
   std::_Exit(1);
 }
 
@@ -96,10 +95,8 @@ char recv_byte(int fd) {
 // PID 1 of the run: the mounts a sandbox's PID 1 makes, then the workload.
 [[noreturn]] void run_pid1(Variant v, char* heap, size_t touch) {
   if (v >= kNamespaces) {
-    if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
-      die("mount", "/proc", errno);
-    if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m") != 0)
-      die("mount", "/tmp", errno);
+    if (::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) die("mount", "/proc", errno);
+    if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m") != 0) die("mount", "/tmp", errno);
   }
   pid_t w = ::fork();
   if (w < 0) die("fork", "workload", errno);
@@ -134,8 +131,7 @@ char recv_byte(int fd) {
 // The zygote: holds the preloaded heap, forks one run per request.
 [[noreturn]] void run_zygote(int sock, const Options& o) {
   if (recv_byte(sock) != 'm') ::_exit(1);  // the supervisor wrote our id maps
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-    die("mount", "/ private", errno);
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) die("mount", "/ private", errno);
   const size_t heap_size = static_cast<size_t>(o.heap_mb) << 20;
   char* heap = static_cast<char*>(std::malloc(heap_size));
   if (!heap) die("malloc", "zygote heap", ENOMEM);
@@ -165,8 +161,7 @@ void write_file(const std::string& path, const std::string& text) {
 template <typename ChildMain>
 pid_t fork_connected(const char* what, nsbox::UniqueFd& sock, ChildMain child_main) {
   int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-    die("socketpair", what, errno);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) die("socketpair", what, errno);
   pid_t pid = ::fork();
   if (pid < 0) die("fork", what, errno);
   if (pid == 0) {
@@ -209,12 +204,9 @@ int64_t run_once(int zygote, Variant v, const nsbox::CgroupHost& host, const std
   static const nsbox::CgroupLimits limits{.memory_bytes = 512ull << 20, .pids = 128, .cpus = 1};
   const auto t0 = Clock::now();
   std::unique_ptr<nsbox::RunCgroup> cgroup;
-  if (v >= kCgroup)
-    cgroup = nsbox::create_run_cgroup(host, version, limits, nsbox::next_run_cgroup_name());
-  nsbox::write_full(zygote, std::string_view(reinterpret_cast<const char*>(&v), 1), "write",
-                    "zygote");
-  if (lane_recv(zygote, "zygote") != 'p')
-    throw nsbox::SysError("run", "setup (see its error above)", EPROTO);
+  if (v >= kCgroup) cgroup = nsbox::create_run_cgroup(host, version, limits, nsbox::next_run_cgroup_name());
+  nsbox::write_full(zygote, std::string_view(reinterpret_cast<const char*>(&v), 1), "write", "zygote");
+  if (lane_recv(zygote, "zygote") != 'p') throw nsbox::SysError("run", "setup (see its error above)", EPROTO);
   pid_t pid = 0;
   if (!get(zygote, &pid, sizeof pid)) throw nsbox::SysError("read", "run pid", EPIPE);
   if (cgroup) cgroup->add_process(pid);
@@ -227,8 +219,7 @@ int64_t run_once(int zygote, Variant v, const nsbox::CgroupHost& host, const std
 // One lane: serves batches from the parent on ctl, answering each with the
 // batch's per-run latencies in microseconds. Ctrl-C is the parent's: a lane
 // sees its socket close and ends between runs, removing what it created.
-[[noreturn]] void run_lane(int ctl, const Options& o, const nsbox::CgroupHost& host,
-                           const std::string& version) {
+[[noreturn]] void run_lane(int ctl, const Options& o, const nsbox::CgroupHost& host, const std::string& version) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
   try {
     nsbox::UniqueFd zygote = start_zygote(o);
@@ -241,9 +232,8 @@ int64_t run_once(int zygote, Variant v, const nsbox::CgroupHost& host, const std
       std::vector<int64_t> us;
       for (int i = 0; i < batch.count; ++i)
         us.push_back(run_once(zygote.get(), static_cast<Variant>(batch.variant), host, version));
-      nsbox::write_full(
-          ctl, std::string_view(reinterpret_cast<const char*>(us.data()), us.size() * sizeof us[0]),
-          "write", "lane results");
+      nsbox::write_full(ctl, std::string_view(reinterpret_cast<const char*>(us.data()), us.size() * sizeof us[0]),
+                        "write", "lane results");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench-fork-floor: lane: %s\n", e.what());
@@ -256,8 +246,8 @@ std::pair<uint64_t, uint64_t> cpu_jiffies() {
   std::FILE* f = std::fopen("/proc/stat", "re");
   if (!f) die("open", "/proc/stat", errno);
   unsigned long long v[8] = {};
-  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
-                            &v[3], &v[4], &v[5], &v[6], &v[7]);
+  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                            &v[6], &v[7]);
   std::fclose(f);
   if (n != 8) die("parse", "/proc/stat", EPROTO);
   uint64_t total = 0;
@@ -268,8 +258,7 @@ std::pair<uint64_t, uint64_t> cpu_jiffies() {
 double percentile(std::vector<int64_t> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return static_cast<double>(v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))]) /
-         1000.0;
+  return static_cast<double>(v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))]) / 1000.0;
 }
 
 }  // namespace
@@ -279,14 +268,11 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Floor of a fork-server run on this host: fork + fresh namespaces + fresh cgroup, no "
       "interpreter"};
-  app.add_option("--runs", o.runs, "runs per variant, over all lanes and rounds")
-      ->check(CLI::Range(10, 5000));
-  app.add_option("--lanes", o.lanes, "runs in flight at once (default 2)")
-      ->check(CLI::Range(1, 16));
+  app.add_option("--runs", o.runs, "runs per variant, over all lanes and rounds")->check(CLI::Range(10, 5000));
+  app.add_option("--lanes", o.lanes, "runs in flight at once (default 2)")->check(CLI::Range(1, 16));
   app.add_option("--rounds", o.rounds, "rounds; the variants run in a new random order each round")
       ->check(CLI::Range(1, 50));
-  app.add_option("--heap-mb", o.heap_mb, "zygote's touched memory, MiB (default 14)")
-      ->check(CLI::Range(1, 1024));
+  app.add_option("--heap-mb", o.heap_mb, "zygote's touched memory, MiB (default 14)")->check(CLI::Range(1, 1024));
   app.add_option("--touch-kb", o.touch_kb, "memory each run writes after fork, KiB (default 1400)")
       ->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
@@ -297,8 +283,7 @@ int main(int argc, char** argv) {
   const auto host = nsbox::CgroupHost::detect();
   const std::string version = host.choose({"memory", "cpu", "pids"});
   if (version.empty()) {
-    std::fprintf(
-        stderr, "bench-fork-floor: no cgroup with memory, cpu and pids controllers on this host\n");
+    std::fprintf(stderr, "bench-fork-floor: no cgroup with memory, cpu and pids controllers on this host\n");
     return 1;
   }
   std::vector<nsbox::UniqueFd> lanes;
@@ -352,8 +337,7 @@ int main(int argc, char** argv) {
   std::printf(
       "Kernel %s, %ld CPUs online, cgroup %s; %d lanes, %d rounds, zygote heap %d MiB, %d KiB "
       "written per run\n\n",
-      u.release, ::sysconf(_SC_NPROCESSORS_ONLN), version.c_str(), o.lanes, o.rounds, o.heap_mb,
-      o.touch_kb);
+      u.release, ::sysconf(_SC_NPROCESSORS_ONLN), version.c_str(), o.lanes, o.rounds, o.heap_mb, o.touch_kb);
   // CPU time per run: every CPU's busy time over the batches (and 200 ms
   // after each), so it includes the machine's other work; what it allows at
   // most when the CPUs are the bound.
@@ -366,9 +350,8 @@ int main(int argc, char** argv) {
   for (int v = 0; v < kVariantCount; ++v) {
     const double cpu_ms = static_cast<double>(busy_jiffies[v]) * ms_per_jiffy / done[v];
     std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.0f | %s |\n", kVariantNames[v], done[v],
-                done[v] / seconds[v], percentile(latencies[v], 0.5), percentile(latencies[v], 0.9),
-                cpu_ms, cpu_ms > 0 ? 1000.0 * static_cast<double>(cpus) / cpu_ms : 0.0,
-                kVariantWork[v]);
+                done[v] / seconds[v], percentile(latencies[v], 0.5), percentile(latencies[v], 0.9), cpu_ms,
+                cpu_ms > 0 ? 1000.0 * static_cast<double>(cpus) / cpu_ms : 0.0, kVariantWork[v]);
   }
   return 0;
 }
