@@ -67,6 +67,18 @@ class ForkServer : public ::testing::Test {
     *zygote = zygotes[0];
     *init = children[0];
   }
+  // The Node fork server and its warm sandbox's workload, waiting for its
+  // job (SetUp waited for it).
+  void find_warm_node_workload(pid_t* zygote, pid_t* workload) const {
+    const std::vector<pid_t> zygotes = fork_servers_of(node_.pid(), kNodeForkServerScript);
+    ASSERT_EQ(zygotes.size(), 1u);
+    const std::vector<pid_t> inits = children_of(zygotes[0]);
+    ASSERT_EQ(inits.size(), 1u);
+    const std::vector<pid_t> workloads = children_of(inits[0]);
+    ASSERT_EQ(workloads.size(), 1u);
+    *zygote = zygotes[0];
+    *workload = workloads[0];
+  }
   TempDir dir_;
   NodeProcess node_{
       "tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " + std::string(kForkedToken) +
@@ -275,18 +287,14 @@ TEST_F(ForkServer, NodesCodeIsOnHugePagesInEveryForkedRun) {
   const std::string thp = slurp("/sys/kernel/mm/transparent_hugepage/enabled");
   if (thp.find("[always]") == std::string::npos && thp.find("[madvise]") == std::string::npos)
     GTEST_SKIP() << "this kernel gives no transparent huge pages: " << thp;
-  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid(), kNodeForkServerScript);
-  ASSERT_EQ(zygotes.size(), 1u);
-  const std::vector<pid_t> inits = children_of(zygotes[0]);
-  ASSERT_EQ(inits.size(), 1u);
-  const std::vector<pid_t> workload = children_of(inits[0]);
-  ASSERT_EQ(workload.size(), 1u);
+  pid_t zygote = 0, workload = 0;
+  ASSERT_NO_FATAL_FAILURE(find_warm_node_workload(&zygote, &workload));
   const auto everything = [](const std::string&) { return true; };
   const auto nodes_code = [](const std::string& header) {
     return header.find(" r-xp ") != std::string::npos && header.size() > 5 &&
            header.compare(header.size() - 5, 5, "/node") == 0;
   };
-  for (const pid_t pid : {zygotes[0], workload[0]}) {
+  for (const pid_t pid : {zygote, workload}) {
     SCOPED_TRACE("pid " + std::to_string(pid) + " " + slurp("/proc/" + std::to_string(pid) + "/cmdline"));
     EXPECT_GE(smaps_kb(pid, "AnonHugePages", everything), 16 * 1024) << "kB on huge pages";
     EXPECT_LT(smaps_kb(pid, "Rss", nodes_code), 4 * 1024) << "kB of the node binary's code mapped from the file";
@@ -643,13 +651,8 @@ std::vector<int> open_fds(pid_t pid) {
 // A warm JavaScript sandbox, waiting for its request, shares no open file
 // with its fork server.
 TEST_F(ForkServer, AJavaScriptRunSharesNoFileWithItsForkServer) {
-  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid(), kNodeForkServerScript);
-  ASSERT_EQ(zygotes.size(), 1u);
-  const std::vector<pid_t> inits = children_of(zygotes[0]);
-  ASSERT_EQ(inits.size(), 1u);
-  const std::vector<pid_t> workload = children_of(inits[0]);
-  ASSERT_EQ(workload.size(), 1u);
-  const pid_t z = zygotes[0], w = workload[0];
+  pid_t z = 0, w = 0;
+  ASSERT_NO_FATAL_FAILURE(find_warm_node_workload(&z, &w));
   EXPECT_EQ(slurp("/proc/" + std::to_string(w) + "/comm"), "node\n");
   const std::vector<int> zygote_fds = open_fds(z), workload_fds = open_fds(w);
   EXPECT_GE(workload_fds.size(), 10u) << "Node's own loop, signal pipes and the run's stdio";
