@@ -65,7 +65,7 @@ static long huge_bytes_at(uintptr_t at) {
   char line[PATH_MAX + 128];
   int in_mapping = 0;
   long kib = -1;
-  while (kib < 0 && fgets(line, sizeof line, smaps)) {
+  while (fgets(line, sizeof line, smaps)) {
     unsigned long from, to;
     if (sscanf(line, "%lx-%lx ", &from, &to) == 2)
       in_mapping = from == at;
@@ -89,7 +89,9 @@ static void* map_aligned(size_t size) {
 }
 
 /* In the zygote: the bytes of code moved onto huge pages (0: none, the code
- * stays file-backed), or -1 with errno when a step failed. */
+ * stays file-backed), or -1 with errno when a step failed. The copy is
+ * checked to be all huge pages before it replaces the code; mremap moves
+ * them as they are. */
 long nsbox_code_on_huge_pages(void);
 long nsbox_code_on_huge_pages(void) {
   uintptr_t from, to;
@@ -109,7 +111,7 @@ long nsbox_code_on_huge_pages(void) {
       else if (mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void*)start) == MAP_FAILED)
         moved = -1;
       else
-        return huge_bytes_at(start) == (long)size ? (long)size : 0;
+        return (long)size;
     }
   }
   int saved = errno;
