@@ -98,6 +98,10 @@ std::string Metrics::render(const Gauges& g) const {
   single(out, "nsbox_pool_starting", "gauge", "Warm sandboxes being started.", g.pool.starting);
   single(out, "nsbox_pool_idle_memory_bytes", "gauge",
          "Memory the idle warm sandboxes hold (limits.pool_memory bounds it).", g.pool.idle_memory_bytes);
+  single(out, "nsbox_pool_fork_servers", "gauge",
+         "Fork servers serving (started and waiting for their requests); a key's warm sandboxes are forked once its "
+         "fork server serves.",
+         g.pool.fork_servers);
   single(out, "nsbox_pool_hits_total", "counter", "Runs given a warm sandbox.", g.pool.hits);
   single(out, "nsbox_pool_misses_total", "counter", "Runs of a pooled profile that found no warm sandbox ready.",
          g.pool.misses);

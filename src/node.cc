@@ -400,8 +400,9 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.queued = admission_.queued();
     g.max_running = cfg_now->max_concurrent;
     g.max_queued = cfg_now->queue_depth;
-    g.pool = {ps.idle.load(),   ps.starting.load(), ps.idle_memory_bytes.load(), ps.hits.load(),
-              ps.misses.load(), ps.refills.load(),  ps.refill_ms_total.load(),   ps.retired.load()};
+    g.pool = {ps.idle.load(),        ps.starting.load(), ps.idle_memory_bytes.load(), ps.hits.load(),
+              ps.misses.load(),      ps.refills.load(),  ps.refill_ms_total.load(),   ps.retired.load(),
+              ps.fork_servers.load()};
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
   });
   svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res,

@@ -119,7 +119,9 @@ bool WarmPool::pooled(const std::string& key) const { return keys_.count(key) > 
 
 int WarmPool::fork_server_for(const std::string& key) const {
   auto it = keys_.find(key);
-  return it != keys_.end() && it->second.fork_server ? it->second.fork_server.get() : -1;
+  // Not before it serves: a fork asked of a zygote still starting would
+  // wait out its start-up within the fork's step timeout.
+  return it != keys_.end() && it->second.fork_server && it->second.keeper.ready ? it->second.fork_server.get() : -1;
 }
 
 void WarmPool::retire(Worker& w) {
@@ -148,6 +150,7 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
         ssize_t n = ::recv(p.fd, &ready, sizeof ready, MSG_DONTWAIT);
         if (n == static_cast<ssize_t>(sizeof ready) && ready.tag == 'R') {
           k.keeper.ready = true;
+          k.failures = 0;
           k.keeper.memory_bytes = ready.memory_bytes;
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           k.keeper.ctl.reset();  // it is ending; reaped by the spawner, restarted by refill
@@ -251,6 +254,7 @@ void WarmPool::refill(std::vector<pid_t>& children) {
       const uint64_t expected = count ? known / count : 0;
       if (memory_budget_ && held + expected > memory_budget_) break;
       if (k.entry.fork_server && !k.fork_server && !start_keeper(k, children)) break;
+      if (k.entry.fork_server && !k.keeper.ready) break;  // its sandboxes are forked once it serves
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
       UniqueFd mine(sv[0]), theirs(sv[1]);
@@ -360,8 +364,9 @@ void WarmPool::close_in_child() {
 }
 
 void WarmPool::update_gauges() {
-  uint64_t idle = 0, starting = 0, memory = 0;
+  uint64_t idle = 0, starting = 0, memory = 0, fork_servers = 0;
   for (const auto& [key, k] : keys_) {
+    fork_servers += k.keeper.ready;
     for (const auto& w : k.workers) {
       (w.ready ? idle : starting)++;
       if (w.ready) memory += w.memory_bytes;
@@ -370,6 +375,7 @@ void WarmPool::update_gauges() {
   stats_->idle = idle;
   stats_->starting = starting;
   stats_->idle_memory_bytes = memory;
+  stats_->fork_servers = fork_servers;
 }
 
 }  // namespace nsbox

@@ -650,30 +650,43 @@ pid_t first_child(pid_t pid) {
   return n > 0 ? static_cast<pid_t>(std::atoi(buf)) : 0;
 }
 
-// Whether pid sits in read(0, ...): /proc/PID/syscall starts with the
-// syscall number and its first argument.
-bool blocked_reading_stdin(pid_t pid) {
+// Whether pid sits in system call nr with fd as its first argument:
+// /proc/PID/syscall starts with the number (decimal) and the arguments (hex).
+bool blocked_in(pid_t pid, long nr, int fd) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/syscall", pid);
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  int proc_fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (proc_fd < 0) return false;
   char buf[64] = {};
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  return n > 0 && std::strncmp(buf, "0 0x0 ", 6) == 0;
+  ssize_t n = ::read(proc_fd, buf, sizeof buf - 1);
+  ::close(proc_fd);
+  char want[32];
+  const int len = std::snprintf(want, sizeof want, "%ld 0x%x ", nr, static_cast<unsigned>(fd));
+  return n > 0 && std::strncmp(buf, want, static_cast<size_t>(len)) == 0;
+}
+
+// Waits until the workload of the sandbox whose PID 1 is proc blocks in
+// system call nr on fd, up to timeout or until abort_fd (if not -1) is
+// readable; false when it did not (it ended, is slower, or was aborted).
+bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chrono::milliseconds timeout,
+                          int abort_fd) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    pollfd p[2] = {{proc.pidfd(), POLLIN, 0}, {abort_fd, POLLIN, 0}};
+    if (::poll(p, 2, 2) != 0) return false;  // PID 1 ended, aborted (or poll failed)
+    if (pid_t workload = first_child(proc.pid()); workload > 0 && blocked_in(workload, nr, fd)) return true;
+  }
+  return false;
 }
 
 }  // namespace
 
 bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout) const {
-  if (!state_->proc) return false;
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    pollfd p{state_->proc->pidfd(), POLLIN, 0};
-    if (::poll(&p, 1, 2) != 0) return false;  // PID 1 ended (or poll failed)
-    if (pid_t workload = first_child(state_->proc->pid()); workload > 0 && blocked_reading_stdin(workload)) return true;
-  }
-  return false;
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, -1);
+}
+
+bool PreparedRun::wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const {
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_recvmsg, kForkServerRequestFd, timeout, abort_fd);
 }
 
 int64_t PreparedRun::memory_bytes() const { return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1; }

@@ -340,8 +340,15 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
   }
 }
 
+// Whether fd has an event now: a pidfd's process ended, or the keeper's
+// control socket was closed by the pool (which never writes on it).
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 // A fork server keeper: runs the key's fork server (fork_server.h) with
-// fork_server_end as its request socket and says 'R' on ctl when it is up.
+// fork_server_end as its request socket and says 'R' on ctl when it serves.
 // When ctl closes (the key is retired) the runs it forked may still be
 // running: they live in the fork server's pid namespace, so it is torn down
 // only once they have ended, or after their wall time.
@@ -354,12 +361,19 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
     const RunSpec run_spec = exec_spec(job_spec(profile), entry.language);
     std::unique_ptr<PreparedRun> zygote = launcher.prepare(fork_server_spec(run_spec, fork_server_end));
     ::close(fork_server_end);
-    if (zygote->pidfd() >= 0) {
+    // Ready once the zygote waits for its first request: no fork is asked
+    // of it before (runs meanwhile start cold), so a fork's step timeout
+    // never counts the zygote's own start-up, and the memory it reports is
+    // what the started zygote holds.
+    if (zygote->pidfd() >= 0 && zygote->wait_for_fork_requests(kForkServerStartTimeout, ctl)) {
       PoolReady ready;
       const int64_t memory = zygote->memory_bytes();
       ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
       ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
       wait_while_fork_server_serves(*zygote, ctl, run_spec.limits.wall_time);
+    } else if (zygote->pidfd() >= 0 && !readable_now(zygote->pidfd()) && !readable_now(ctl)) {
+      spdlog::error("fork server of profile {} did not start serving within {} s; started again later",
+                    entry.profile_name, kForkServerStartTimeout.count());
     }
     Result r = zygote->finish(std::nullopt, std::chrono::milliseconds(1));
     if (r.status != RunStatus::kTimeout)  // anything but our own stop

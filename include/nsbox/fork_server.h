@@ -6,6 +6,7 @@
 // docs/SECURITY.md ("Fork server"); the protocol is in zygote.py.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,15 @@ namespace nsbox {
 // Where the fork servers live in the rootfs.
 inline constexpr const char* kForkServerScript = "/opt/nsbox/zygote.py";
 inline constexpr const char* kNodeForkServerScript = "/opt/nsbox/zygote.js";
+
+// The fd on which a zygote receives its fork requests (CONTROL_FD in
+// zygote.py and zygote.js).
+inline constexpr int kForkServerRequestFd = 3;
+
+// How long a fork server may take from its sandbox's start to serving (its
+// interpreter's start-up and preloads; seconds under software emulation).
+// One that takes longer is torn down, and started again after a back-off.
+inline constexpr std::chrono::seconds kForkServerStartTimeout{60};
 
 // The number of fds a fork request carries: the run socket, stdin, stdout,
 // stderr, the result pipe, the error pipe and the report pipe.

@@ -94,6 +94,7 @@ struct PoolStats {
   std::atomic<uint64_t> idle{0};               // sandboxes ready and waiting
   std::atomic<uint64_t> starting{0};           // being started
   std::atomic<uint64_t> idle_memory_bytes{0};  // what the idle ones hold
+  std::atomic<uint64_t> fork_servers{0};       // fork servers serving
   std::atomic<uint64_t> hits{0};               // jobs given a warm sandbox
   std::atomic<uint64_t> misses{0};             // jobs of a pooled key that found none ready
   std::atomic<uint64_t> refills{0};            // warm sandboxes that became ready
@@ -132,7 +133,8 @@ class WarmPool {
   // a smaller size) are retired.
   void configure(std::vector<PoolEntry> entries, uint64_t memory_budget);
   bool pooled(const std::string& key) const;
-  // The request socket of key's fork server, or -1 when it has none (yet).
+  // The request socket of key's fork server, or -1 when it has none or it
+  // does not serve yet (its runs then start cold).
   int fork_server_for(const std::string& key) const;
 
   // The fds to watch (one per pool worker) and what to do when they fire.

@@ -64,6 +64,10 @@ class PreparedRun {
   // Waits until the workload blocks reading its stdin (its start-up is
   // done), up to timeout; false when it did not (it ended, or is slower).
   bool wait_for_input(std::chrono::milliseconds timeout) const;
+  // For a fork server's sandbox: waits until the zygote blocks receiving its
+  // requests (its preloads are done), up to timeout or until abort_fd (if
+  // not -1) is readable; false when it did not.
+  bool wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const;
   // The most memory the sandbox has held so far (its cgroup's), or -1.
   int64_t memory_bytes() const;
 

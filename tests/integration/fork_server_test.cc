@@ -745,10 +745,8 @@ TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
   ::unsetenv("NSBOX_PROFILE_PATH");
   ASSERT_TRUE(node.ready()) << node.log();
   // No warm sandbox of it can start: a run is forked at the request once
-  // the fork server is there (before, it would be started).
-  for (int i = 0; i < 3000 && fork_servers_of(node.pid()).empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_FALSE(fork_servers_of(node.pid()).empty()) << node.log();
+  // the fork servers serve (before, it would be started).
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 2)) << node.log();
   json r = run_as(node, "def main(args):\n    return 1\n", false, "python");
   EXPECT_EQ(r["status"], "error") << summary(r);
   const std::string error = r.value("error", "");
@@ -757,6 +755,42 @@ TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
   auto health = node.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+// While a fork server starts, runs of its profile start their interpreter
+// rather than wait for it: each step of a fork has 10 s, which the zygote's
+// start-up must not eat (Node's takes seconds under emulation). Here the
+// Python zygote's start-up takes 4 s longer (a sitecustomize that sleeps in
+// the zygote only): a run sent meanwhile starts cold and answers, and once
+// the fork server serves, the profile's runs are forked again.
+TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
+  TempDir dir;
+  dir.write("sitecustomize.py",
+            "import time\n"
+            "with open('/proc/self/cmdline', 'rb') as f:\n"
+            "    if b'zygote' in f.read():\n"
+            "        time.sleep(4)\n");
+  const std::string profile =
+      dir.write("slow.yaml",
+                "name: slowstart\nextends: default\nfork_server: [python]\nenv: {PYTHONPATH: /site}\n"
+                "filesystem:\n  mounts:\n    - {source: " +
+                    dir.path() + ", target: /site}\n");
+  NodeProcess node{"tenants:\n  - {name: slow, profile: " + profile +
+                   "}\ndefault_tenant: slow\nlimits:\n  pool_size: 1\n"};
+  ASSERT_TRUE(node.ready()) << node.log();
+  for (int i = 0; i < 3000 && fork_servers_of(node.pid()).empty(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_FALSE(fork_servers_of(node.pid()).empty()) << node.log();
+  EXPECT_EQ(metric(node, "nsbox_pool_fork_servers"), 0) << "it served before its start-up was done";
+  const std::string code = "def main(args):\n    return 6 * 7\n";
+  json r = run_as(node, code, false, "python");
+  EXPECT_EQ(r["return"], 42) << summary(r);
+  EXPECT_EQ(r["pool"], "cold") << summary(r);
+
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 1)) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // Python's forked, JavaScript's started
+  r = run_as(node, code, false, "python");
+  EXPECT_EQ(r["return"], 42) << summary(r);
+  EXPECT_EQ(r["pool"], "warm") << summary(r);
 }
 
 }  // namespace

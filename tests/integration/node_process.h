@@ -194,7 +194,6 @@ inline std::string request(const std::string& code,
   return j.dump();
 }
 
-// Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
 // The value of a Prometheus line "NAME VALUE" of the node's /metrics, or -1.
 inline double metric(const NodeProcess& node, const std::string& name) {
   auto m = node.client().Get("/metrics");
@@ -212,6 +211,7 @@ inline bool wait_metric(const NodeProcess& node, const std::string& name, double
   return false;
 }
 
+// Run cgroups whose owner (a worker, named in the cgroup) has exited: a leak.
 inline std::set<std::string> orphaned_run_cgroups() {
   std::set<std::string> out;
   const CgroupHost& host = launcher().cgroup_host();

@@ -303,6 +303,13 @@ void wait_for_warm_pool() {
   }
 }
 
+// Until the forked tenant's two fork servers (Python, JavaScript) serve; at
+// most 60 s (the emulated VM is slow). The caller checks what it got.
+void wait_for_fork_servers() {
+  for (int i = 0; i < 3000 && metric(the_node(), "nsbox_pool_fork_servers") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // forked: as the tenant whose Python and JavaScript runs come from the fork
 // server.
 Outcome run_through_node(const Attack& a, bool forked = false) {
@@ -313,6 +320,8 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
     // are forked at the request, as the pool stands.
     if (!forked) wait_for_warm_pool();
   }
+  // Until then (the node has just started) its runs start cold.
+  if (forked) wait_for_fork_servers();
   httplib::Headers auth;
   if (a.egress) auth.emplace("Authorization", std::string("Bearer ") + kEgressToken);
   if (forked) auth.emplace("Authorization", std::string("Bearer ") + kForkedToken);

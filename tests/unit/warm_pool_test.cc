@@ -1,5 +1,6 @@
 // WarmPool's bookkeeping with stand-in pool workers (forked children that
 // only say ready): no sandbox, no privileges.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -35,16 +36,24 @@ class WarmPoolTest : public ::testing::Test {
     for (pid_t pid : children_) ::waitpid(pid, nullptr, 0);
   }
 
-  // Runs the spawner's loop body until key has `idle` ready sandboxes.
-  void wait_until_idle(WarmPool& pool, PoolStats& stats, uint64_t idle) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (stats.idle.load() < idle) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stand-in workers never said ready";
+  // Runs the spawner's loop body (without refills) until done() holds, at
+  // most 10 s; false when it never did.
+  template <typename Done>
+  bool pump_until(WarmPool& pool, Done done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
       std::vector<pollfd> fds;
       pool.add_pollfds(fds);
-      ::poll(fds.data(), fds.size(), 100);
+      ::poll(fds.data(), fds.size(), 20);
       pool.on_events(fds);
     }
+    return true;
+  }
+
+  // Until key has `idle` ready sandboxes.
+  void wait_until_idle(WarmPool& pool, PoolStats& stats, uint64_t idle) {
+    ASSERT_TRUE(pump_until(pool, [&] { return stats.idle.load() >= idle; })) << "the stand-in workers never said ready";
   }
 
   PoolEntry entry(uint32_t size) {
@@ -104,6 +113,49 @@ TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
   EXPECT_EQ(started.size(), 2u) << "the replacements did not start once the delay was over";
   children_.insert(children_.end(), started.begin(), started.end());
   pool.retire_all();
+}
+
+// A fork server is asked for no fork before it serves: while its zygote
+// starts, the key starts no warm sandbox and a run finds no fork server (it
+// starts cold), so that no fork's step timeout counts the zygote's start-up.
+TEST_F(WarmPoolTest, AForkServersSandboxesStartOnlyOnceItServes) {
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  UniqueFd go_read(go[0]), go_write(go[1]);
+  // Says ready when the test writes on go, then waits to be retired.
+  auto stand_in_keeper = [&](const PoolEntry&, int ctl, int) {
+    go_write.reset();  // a failed test's end closes it: never stuck here
+    char c;
+    if (::read(go_read.get(), &c, 1) != 1) ::_exit(1);
+    PoolReady ready;
+    ready.memory_bytes = 8192;
+    if (::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL) != sizeof ready) ::_exit(1);
+    (void)::read(ctl, &c, 1);
+    ::_exit(0);
+  };
+  PoolStats stats;
+  WarmPool pool(&stats, stand_in_worker, stand_in_keeper, milliseconds(0));
+  PoolEntry forked = entry(2);
+  forked.fork_server = true;
+  pool.configure({forked}, 0);
+
+  pool.refill(children_);
+  ASSERT_EQ(children_.size(), 1u) << "a warm sandbox was started before its fork server served";
+  pump_until(
+      pool, [] { return false; }, milliseconds(200));
+  pool.refill(children_);
+  EXPECT_EQ(children_.size(), 1u) << "a warm sandbox was started before its fork server served";
+  EXPECT_EQ(pool.fork_server_for("key"), -1) << "a run would ask a fork server that does not serve yet";
+  EXPECT_EQ(stats.fork_servers.load(), 0u);
+
+  ASSERT_EQ(::write(go_write.get(), "g", 1), 1);
+  ASSERT_TRUE(pump_until(pool, [&] { return stats.fork_servers.load() == 1; })) << "the keeper's ready was not seen";
+  EXPECT_GE(pool.fork_server_for("key"), 0);
+  pool.refill(children_);
+  EXPECT_EQ(children_.size(), 3u) << "the warm sandboxes did not start once the fork server served";
+  wait_until_idle(pool, stats, 2);
+  pool.retire_all();
+  EXPECT_EQ(stats.fork_servers.load(), 0u);
 }
 
 }  // namespace
