@@ -3,6 +3,7 @@
 #include <sys/mount.h>
 
 #include <algorithm>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +100,21 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
       {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
       {"notify", program.notifies()}};
   return j.dump();
+}
+
+size_t largest_fork_request_bytes(const RunSpec& spec) {
+  const SeccompProgram program = spec.seccomp.kind == SeccompChoice::kStrict ? SeccompProgram::strict_policy()
+                                 : spec.seccomp.kind == SeccompChoice::kAllowList
+                                     ? SeccompProgram::allow_list(spec.seccomp.allow)
+                                     : SeccompProgram::default_policy();
+  // As on a host with none of the controllers the limits need (a forked
+  // run's CPU time always comes from its cgroup).
+  std::set<std::string> missing;
+  if (spec.limits.cgroup.memory_bytes) missing.insert("memory");
+  if (spec.limits.cgroup.pids) missing.insert("pids");
+  std::vector<RlimitSetting> rlimits = rlimits_for(spec.limits);
+  for (const auto& extra : standin_rlimits(spec.limits, missing, false)) rlimits.push_back(extra);
+  return 1 + fork_request(spec, rlimits, program).size();
 }
 
 }  // namespace nsbox

@@ -10,6 +10,9 @@
 #include <map>
 #include <set>
 
+#include "nsbox/fork_server.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/runtime.h"
 #include "profile_yaml.h"
 
 namespace nsbox {
@@ -101,6 +104,20 @@ Profile load_tenant_profile(const Field& at, const std::string& ref, const std::
   }
 }
 
+// A profile whose forked runs' settings exceed what a fork request carries
+// would fail every such run: refused with the tenant instead.
+void check_fork_requests(const Field& at, const std::string& ref, const Profile& profile) {
+  for (Language language : {Language::kPython, Language::kJavaScript}) {
+    if (!forks(profile, language)) continue;
+    const size_t bytes = largest_fork_request_bytes(exec_spec(spec_from_profile(profile), language));
+    if (bytes > kMaxForkRequestBytes)
+      at.fail("profile " + ref + ": with fork_server, a " + to_string(language) + " run's settings (" +
+              std::to_string(bytes) + " bytes: env, tmpfs mounts, masks and seccomp program) exceed the " +
+              std::to_string(kMaxForkRequestBytes >> 20) +
+              " MiB a fork request carries; make env smaller or turn fork_server off");
+  }
+}
+
 void finish_tenant(TenantConfig& t) { t.profile_yaml = to_yaml(t.profile); }
 
 ListenerConfig read_listener(const Field& f) {
@@ -141,6 +158,7 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
   if (!profile) f.fail("missing key 'profile': the profile tenant " + t.name + " runs under");
   t.profile_ref = profile->text();
   t.profile = load_tenant_profile(*profile, t.profile_ref, dir, search);
+  check_fork_requests(*profile, t.profile_ref, t.profile);
   finish_tenant(t);
   return t;
 }

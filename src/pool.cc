@@ -286,8 +286,8 @@ namespace {
 // raised to hold the largest request the fork servers read; past
 // net.core.wmem_max only with CAP_NET_ADMIN (nsbox runs as root), so
 // SO_SNDBUF is the fallback, under which a large request still fails with
-// EMSGSIZE. One past kMaxForkRequestBytes fails in prepare_forked, its size
-// named.
+// EMSGSIZE. A profile whose runs' requests exceed kMaxForkRequestBytes is
+// refused when the node loads it (prepare_forked checks each one again).
 void make_room_for_a_fork_request(int sock) {
   const int bytes = static_cast<int>(kMaxForkRequestBytes + 64 * 1024);  // and the fds, headers
   if (::setsockopt(sock, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)

@@ -476,7 +476,6 @@ void apply_mask_defaults(Draft& d) {
   d.p.mask = std::move(mask);
 }
 
-// Two things mounted on the same place inside: the later hides the earlier.
 // The fork server forks warm runs of the languages it names; what it cannot give
 // a run is refused here rather than at the first run.
 void check_fork_server(const Draft& d) {
@@ -497,6 +496,7 @@ void check_fork_server(const Draft& d) {
                                 "afresh, hiding this mount");
 }
 
+// Two things mounted on the same place inside: the later hides the earlier.
 void check_collisions(const Draft& d) {
   const auto& ws = d.p.workspace;
   for (size_t i = 0; i < d.p.mounts.size(); ++i) {

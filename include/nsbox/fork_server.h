@@ -50,4 +50,12 @@ RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd);
 // The settings the zygote applies to one run (JSON after the 'F').
 std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& rlimits, const SeccompProgram& program);
 
+// The size of the largest fork request (with its 'F') a run of spec (an
+// exec spec) makes on any host: with spec's seccomp program compiled and
+// the rlimits that stand in for the memory and pids controllers where a
+// host lacks them. Checked against
+// kMaxForkRequestBytes when a node loads its tenants, so that a profile
+// whose forked runs would all fail is refused then.
+size_t largest_fork_request_bytes(const RunSpec& spec);
+
 }  // namespace nsbox

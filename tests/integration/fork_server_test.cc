@@ -725,36 +725,37 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
   }
 }
 
-// A request the fork servers could not read whole fails the run with its
-// size and the bound named, and the node goes on serving. One profile file
-// is at most 1 MiB: the env comes from two, a parent (found on
-// NSBOX_PROFILE_PATH) and the tenant's, 600 KB each.
-TEST(ForkServerRequest, OnePastTheBoundIsRefusedWithItsSize) {
+// A profile whose forked runs' settings exceed what a fork request carries
+// (the fork servers read at most 1 MiB) is refused when the node loads it,
+// with the size and the bound named: every forked run of it would fail.
+// One profile file is at most 1 MiB: the env comes from two, a parent
+// (found on NSBOX_PROFILE_PATH) and the tenant's, 600 KB each.
+TEST(ForkServerRequest, OnePastTheBoundIsRefusedWhenTheNodeLoadsIt) {
   TempDir dir;
-  std::string parent = "name: bigparent\nextends: default\nenv:\n", child =
-                                                                        "name: big\nextends: bigparent\n"
-                                                                        "fork_server: true\nenv:\n";
+  std::string parent = "name: bigparent\nextends: default\nenv:\n", env;
   for (int i = 0; i < 6; ++i) {
     parent += "  P" + std::to_string(i) + ": " + std::string(100000, 'p') + "\n";
-    child += "  C" + std::to_string(i) + ": " + std::string(100000, 'c') + "\n";
+    env += "  C" + std::to_string(i) + ": " + std::string(100000, 'c') + "\n";
   }
   dir.write("bigparent.yaml", parent);
-  ::setenv("NSBOX_PROFILE_PATH", dir.path().c_str(), 1);
-  NodeProcess node{"tenants:\n  - {name: big, profile: " + dir.write("big.yaml", child) +
-                   "}\ndefault_tenant: big\nlimits:\n  pool_size: 1\n"};
-  ::unsetenv("NSBOX_PROFILE_PATH");
-  ASSERT_TRUE(node.ready()) << node.log();
-  // No warm sandbox of it can start: a run is forked at the request once
-  // the fork servers serve (before, it would be started).
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 2)) << node.log();
-  json r = run_as(node, "def main(args):\n    return 1\n", false, "python");
-  EXPECT_EQ(r["status"], "error") << summary(r);
-  const std::string error = r.value("error", "");
-  EXPECT_NE(error.find("exceed the 1 MiB a fork request carries"), std::string::npos) << error;
-  EXPECT_NE(error.find("the run's settings (12"), std::string::npos) << error;
-  auto health = node.client().Get("/health");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
+  const std::string forked = dir.write("big.yaml", "name: big\nextends: bigparent\nfork_server: true\nenv:\n" + env);
+  const std::string started = dir.write("bigstarted.yaml", "name: big\nextends: bigparent\nenv:\n" + env);
+  auto check = [&](const std::string& profile) {
+    const std::string config =
+        dir.write("node.yaml", "tenants:\n  - {name: big, profile: " + profile + "}\ndefault_tenant: big\n");
+    ::setenv("NSBOX_PROFILE_PATH", dir.path().c_str(), 1);
+    CliResult r = run_cli({"serve", "--config", config, "--check"});
+    ::unsetenv("NSBOX_PROFILE_PATH");
+    return r;
+  };
+  CliResult r = check(forked);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("profile " + forked + ": with fork_server, a python run's settings (12"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("exceed the 1 MiB a fork request carries"), std::string::npos) << r.err;
+  // The same settings in runs that start their interpreter: no such bound.
+  r = check(started);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // While a fork server starts, runs of its profile start their interpreter

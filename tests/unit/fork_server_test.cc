@@ -87,5 +87,25 @@ TEST(ForkServer, EachRunIsToldItsFreshMountsMasksLimitsAndFilter) {
   EXPECT_EQ(j["cwd"], run.cwd);
 }
 
+// What a node checks when it loads a profile with fork_server: the largest
+// request its runs make on any host, the whole seccomp program and the
+// rlimits standing in for missing controllers included.
+TEST(ForkServer, TheLargestRequestIsMeasuredWithItsFilterAndStandIns) {
+  RunSpec run = python_run();
+  run.limits.cgroup.memory_bytes = 64 << 20;
+  run.limits.cgroup.pids = 64;
+  const SeccompProgram program = SeccompProgram::default_policy();
+  std::vector<RlimitSetting> rlimits = rlimits_for(run.limits);
+  const size_t without_standins = 1 + fork_request(run, rlimits, program).size();
+  rlimits.push_back({RLIMIT_DATA, {64 << 20, 64 << 20}});
+  rlimits.push_back({RLIMIT_NPROC, {64, 64}});
+  EXPECT_EQ(largest_fork_request_bytes(run), 1 + fork_request(run, rlimits, program).size());
+  EXPECT_GT(largest_fork_request_bytes(run), without_standins);
+  run.seccomp = {SeccompChoice::kStrict, {}};
+  EXPECT_EQ(largest_fork_request_bytes(run), 1 + fork_request(run, rlimits, SeccompProgram::strict_policy()).size());
+  run.env.emplace_back("BIG", std::string(kMaxForkRequestBytes, 'x'));
+  EXPECT_GT(largest_fork_request_bytes(run), kMaxForkRequestBytes);
+}
+
 }  // namespace
 }  // namespace nsbox
