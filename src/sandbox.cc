@@ -691,6 +691,34 @@ bool PreparedRun::wait_for_fork_requests(std::chrono::milliseconds timeout, int 
 
 int64_t PreparedRun::memory_bytes() const { return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1; }
 
+std::vector<int> PreparedRun::output_fds() const {
+  std::vector<int> fds;
+  for (const auto* capture : {&state_->out, &state_->err})
+    if (*capture && (*capture)->open()) fds.push_back((*capture)->fd());
+  return fds;
+}
+
+void PreparedRun::drain_output(const std::function<void(std::string_view)>& line) {
+  constexpr size_t kLongestLine = 4096;
+  for (auto* capture : {&state_->out, &state_->err}) {
+    if (!*capture || !(*capture)->open()) continue;
+    pollfd p{(*capture)->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) (*capture)->on_readable();
+  }
+  if (state_->out) state_->out->data().clear();
+  if (!state_->err) return;
+  std::string& text = state_->err->data();
+  size_t start = 0;
+  for (;;) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos && text.size() - start < kLongestLine) break;
+    const size_t stop = end == std::string::npos ? start + kLongestLine : end;
+    line(std::string_view(text).substr(start, stop - start));
+    start = end == std::string::npos ? stop : end + 1;
+  }
+  text.erase(0, start);
+}
+
 namespace {
 
 // Sets the weight a sandbox starts up with; a hint only: a host or profile

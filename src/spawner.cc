@@ -322,13 +322,47 @@ std::vector<pid_t> children_of(pid_t pid) {
 // run it forked has ended too (or their wall time is over). A forked run's
 // PID 1 is a child of the zygote (if the zygote dies, its sandbox's PID 1
 // ends, and every run with it).
-void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time) {
+// What a zygote writes (its warnings) goes to the node's log, line by line,
+// as it comes: read while it starts and while it serves.
+void log_what_it_wrote(PreparedRun& zygote, const std::string& profile_name) {
+  zygote.drain_output([&](std::string_view line) {
+    std::string printable(line);
+    for (char& c : printable)
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) c = '?';  // no terminal escapes
+    spdlog::warn("fork server of profile {}: {}", profile_name, printable);
+  });
+}
+
+// Whether fd has an event now: a pidfd's process ended, or the keeper's
+// control socket was closed by the pool (which never writes on it).
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Until the zygote waits for its first request (its start-up is done), at
+// most kForkServerStartTimeout; false when it ended, did not get there, or
+// the key was retired meanwhile.
+bool wait_until_it_serves(PreparedRun& zygote, int ctl, const std::string& profile_name) {
+  const auto deadline = std::chrono::steady_clock::now() + kForkServerStartTimeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (zygote.wait_for_fork_requests(std::chrono::milliseconds(50), ctl)) return true;
+    if (readable_now(zygote.pidfd()) || readable_now(ctl)) return false;
+    log_what_it_wrote(zygote, profile_name);  // else it would stall on a full pipe
+  }
+  return false;
+}
+
+void wait_while_fork_server_serves(PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time,
+                                   const std::string& profile_name) {
   std::optional<std::chrono::steady_clock::time_point> retired_at;
   const auto grace = wall_time + std::chrono::seconds(5);
   for (;;) {
-    pollfd fds[2] = {{zygote.pidfd(), POLLIN, 0}, {retired_at ? -1 : ctl, POLLIN, 0}};
-    int ready = ::poll(fds, 2, retired_at ? 50 : -1);
+    std::vector<pollfd> fds = {{zygote.pidfd(), POLLIN, 0}, {retired_at ? -1 : ctl, POLLIN, 0}};
+    for (int fd : zygote.output_fds()) fds.push_back({fd, POLLIN, 0});
+    int ready = ::poll(fds.data(), fds.size(), retired_at ? 50 : -1);
     if (ready < 0 && errno != EINTR) return;
+    if (ready > 0) log_what_it_wrote(zygote, profile_name);
     if (fds[0].revents) return;
     if (fds[1].revents) retired_at = std::chrono::steady_clock::now();
     if (!retired_at) continue;
@@ -338,13 +372,6 @@ void wait_while_fork_server_serves(const PreparedRun& zygote, int ctl, std::chro
     const bool idle = left.size() <= 1 && (left.empty() || children_of(left[0]).empty());
     if (idle || std::chrono::steady_clock::now() - *retired_at > grace) return;
   }
-}
-
-// Whether fd has an event now: a pidfd's process ended, or the keeper's
-// control socket was closed by the pool (which never writes on it).
-bool readable_now(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
 }
 
 // A fork server keeper: runs the key's fork server (fork_server.h) with
@@ -365,12 +392,12 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
     // of it before (runs meanwhile start cold), so a fork's step timeout
     // never counts the zygote's own start-up, and the memory it reports is
     // what the started zygote holds.
-    if (zygote->pidfd() >= 0 && zygote->wait_for_fork_requests(kForkServerStartTimeout, ctl)) {
+    if (zygote->pidfd() >= 0 && wait_until_it_serves(*zygote, ctl, entry.profile_name)) {
       PoolReady ready;
       const int64_t memory = zygote->memory_bytes();
       ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
       ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
-      wait_while_fork_server_serves(*zygote, ctl, run_spec.limits.wall_time);
+      wait_while_fork_server_serves(*zygote, ctl, run_spec.limits.wall_time, entry.profile_name);
     } else if (zygote->pidfd() >= 0 && !readable_now(zygote->pidfd()) && !readable_now(ctl)) {
       spdlog::error("fork server of profile {} did not start serving within {} s; started again later",
                     entry.profile_name, kForkServerStartTimeout.count());

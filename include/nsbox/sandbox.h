@@ -4,12 +4,14 @@
 #include <sched.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nsbox/caps.h"
@@ -70,6 +72,13 @@ class PreparedRun {
   bool wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const;
   // The most memory the sandbox has held so far (its cgroup's), or -1.
   int64_t memory_bytes() const;
+  // For a sandbox that stays up (a fork server): the workload's stdout and
+  // stderr pipes still open, to poll; drain_output() reads what is there
+  // without blocking, so that the workload never stalls on a full pipe,
+  // hands each complete stderr line (or 4 KiB of one) to `line` and drops
+  // stdout. What is left is finish()'s.
+  std::vector<int> output_fds() const;
+  void drain_output(const std::function<void(std::string_view)>& line);
 
   struct State;
 

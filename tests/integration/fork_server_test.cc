@@ -758,26 +758,32 @@ TEST(ForkServerRequest, OnePastTheBoundIsRefusedWhenTheNodeLoadsIt) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// A profile of Python runs from a fork server whose zygote, and only it,
+// runs zygote_code first (a sitecustomize.py on PYTHONPATH, from dir).
+std::string profile_with_zygote_code(const TempDir& dir, const std::string& zygote_code) {
+  dir.write("sitecustomize.py",
+            "with open('/proc/self/cmdline', 'rb') as f:\n"
+            "    if b'zygote' in f.read():\n" +
+                zygote_code);
+  return dir.write("zygote.yaml",
+                   "name: zygotecode\nextends: default\nfork_server: [python]\nenv: {PYTHONPATH: /site}\n"
+                   "filesystem:\n  mounts:\n    - {source: " +
+                       dir.path() + ", target: /site}\n");
+}
+
+std::string node_of(const std::string& profile) {
+  return "tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n";
+}
+
 // While a fork server starts, runs of its profile start their interpreter
 // rather than wait for it: each step of a fork has 10 s, which the zygote's
 // start-up must not eat (Node's takes seconds under emulation). Here the
-// Python zygote's start-up takes 4 s longer (a sitecustomize that sleeps in
-// the zygote only): a run sent meanwhile starts cold and answers, and once
-// the fork server serves, the profile's runs are forked again.
+// Python zygote's start-up takes 4 s longer: a run sent meanwhile starts
+// cold and answers, and once the fork server serves, the profile's runs
+// are forked again.
 TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
   TempDir dir;
-  dir.write("sitecustomize.py",
-            "import time\n"
-            "with open('/proc/self/cmdline', 'rb') as f:\n"
-            "    if b'zygote' in f.read():\n"
-            "        time.sleep(4)\n");
-  const std::string profile =
-      dir.write("slow.yaml",
-                "name: slowstart\nextends: default\nfork_server: [python]\nenv: {PYTHONPATH: /site}\n"
-                "filesystem:\n  mounts:\n    - {source: " +
-                    dir.path() + ", target: /site}\n");
-  NodeProcess node{"tenants:\n  - {name: slow, profile: " + profile +
-                   "}\ndefault_tenant: slow\nlimits:\n  pool_size: 1\n"};
+  NodeProcess node{node_of(profile_with_zygote_code(dir, "        import time; time.sleep(4)\n"))};
   ASSERT_TRUE(node.ready()) << node.log();
   for (int i = 0; i < 3000 && fork_servers_of(node.pid()).empty(); ++i) std::this_thread::sleep_for(20ms);
   ASSERT_FALSE(fork_servers_of(node.pid()).empty()) << node.log();
@@ -792,6 +798,34 @@ TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
   r = run_as(node, code, false, "python");
   EXPECT_EQ(r["return"], 42) << summary(r);
   EXPECT_EQ(r["pool"], "warm") << summary(r);
+}
+
+// What a fork server writes (its warnings) reaches the node's log while it
+// serves, line by line and without terminal escapes, not only once it has
+// ended; and however much it writes, it never stalls on the pipe: 200 KiB
+// (three times a pipe's buffer) before it serves, and it still serves.
+TEST(ForkServerStart, WhatItWritesReachesTheNodesLogAsItComes) {
+  TempDir dir;
+  NodeProcess node{node_of(profile_with_zygote_code(dir,
+                                                    "        import sys\n"
+                                                    "        sys.stderr.write('zygote says \\x1b[31mhello\\n')\n"
+                                                    "        sys.stdout.write('x' * 200000)\n"
+                                                    "        sys.stderr.write(('y' * 99 + '\\n') * 2000)\n"
+                                                    "        sys.stderr.flush(); sys.stdout.flush()\n"))};
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 1)) << node.log();
+  json r = run_as(node, "def main(args):\n    return 1\n", false, "python");
+  EXPECT_EQ(r["return"], 1) << summary(r);
+  EXPECT_NE(r["pool"], "cold") << summary(r);
+  std::string log;
+  for (int i = 0; i < 250; ++i) {
+    log = node.log();
+    if (log.find("fork server of profile zygotecode: zygote says ?[31mhello") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_NE(log.find("fork server of profile zygotecode: zygote says ?[31mhello"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\x1b[31m"), std::string::npos) << "a terminal escape reached the log";
+  EXPECT_EQ(fork_servers_of(node.pid()).size(), 1u) << "it is still the fork server that serves";
 }
 
 }  // namespace
