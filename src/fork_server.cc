@@ -49,6 +49,10 @@ RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
   spec.fd3_socket = control_fd;
   spec.capture_fd3 = false;
   spec.stdin_data.reset();
+  // What it writes is read as it comes and logged (the keeper): room for
+  // whole lines between two reads, whatever the profile's output limits.
+  spec.limits.stdout_bytes = kForkServerOutputBytes;
+  spec.limits.stderr_bytes = kForkServerOutputBytes;
   spec.limits.wall_time = std::chrono::milliseconds(0);
   spec.limits.cpu_time = std::chrono::milliseconds(0);
   spec.egress.reset();

@@ -149,11 +149,13 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
         PoolReady ready;
         ssize_t n = ::recv(p.fd, &ready, sizeof ready, MSG_DONTWAIT);
         if (n == static_cast<ssize_t>(sizeof ready) && ready.tag == 'R') {
+          // failures is not reset here: a zygote that serves and dies at
+          // its first fork still backs off; a warm sandbox it forked resets it.
           k.keeper.ready = true;
-          k.failures = 0;
           k.keeper.memory_bytes = ready.memory_bytes;
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          k.keeper.ctl.reset();  // it is ending; reaped by the spawner, restarted by refill
+          k.keeper.ready = false;  // serves no more
+          k.keeper.ctl.reset();    // it is ending; reaped by the spawner, restarted by refill
           k.fork_server.reset();
           note_failure(k);
         }
@@ -318,7 +320,7 @@ bool WarmPool::start_keeper(Key& k, std::vector<pid_t>& children) {
   k.keeper.pid = pid;
   k.keeper.ctl = std::move(ctl_mine);
   k.keeper.started = Clock::now();
-  // Requests queue in the socket until the fork server reads them.
+  // Handed to workers only once the keeper says its fork server serves.
   k.fork_server = std::move(requests_mine);
   return true;
 }

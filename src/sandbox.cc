@@ -666,14 +666,15 @@ bool blocked_in(pid_t pid, long nr, int fd) {
 }
 
 // Waits until the workload of the sandbox whose PID 1 is proc blocks in
-// system call nr on fd, up to timeout or until abort_fd (if not -1) is
-// readable; false when it did not (it ended, is slower, or was aborted).
-bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chrono::milliseconds timeout,
-                          int abort_fd) {
+// system call nr on fd, looking every interval_ms, up to timeout or until
+// abort_fd (if not -1) is readable; false when it did not (it ended, is
+// slower, or was aborted).
+bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chrono::milliseconds timeout, int abort_fd,
+                          int interval_ms) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     pollfd p[2] = {{proc.pidfd(), POLLIN, 0}, {abort_fd, POLLIN, 0}};
-    if (::poll(p, 2, 2) != 0) return false;  // PID 1 ended, aborted (or poll failed)
+    if (::poll(p, 2, interval_ms) != 0) return false;  // PID 1 ended, aborted (or poll failed)
     if (pid_t workload = first_child(proc.pid()); workload > 0 && blocked_in(workload, nr, fd)) return true;
   }
   return false;
@@ -682,11 +683,13 @@ bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chro
 }  // namespace
 
 bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout) const {
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, -1);
+  // Checked often: a warm sandbox is offered as soon as it is ready.
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, -1, 2);
 }
 
 bool PreparedRun::wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const {
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_recvmsg, kForkServerRequestFd, timeout, abort_fd);
+  // Less often: a zygote starts for a while, and each check takes CPU from it.
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_recvmsg, kForkServerRequestFd, timeout, abort_fd, 10);
 }
 
 int64_t PreparedRun::memory_bytes() const { return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1; }
@@ -712,9 +715,9 @@ void PreparedRun::drain_output(const std::function<void(std::string_view)>& line
   for (;;) {
     const size_t end = text.find('\n', start);
     if (end == std::string::npos && text.size() - start < kLongestLine) break;
-    const size_t stop = end == std::string::npos ? start + kLongestLine : end;
+    const size_t stop = std::min(end, start + kLongestLine);
     line(std::string_view(text).substr(start, stop - start));
-    start = end == std::string::npos ? stop : end + 1;
+    start = stop == end ? end + 1 : stop;
   }
   text.erase(0, start);
 }

@@ -318,10 +318,6 @@ std::vector<pid_t> children_of(pid_t pid) {
   return out;
 }
 
-// Returns when the fork server's sandbox ended, or when ctl closed and every
-// run it forked has ended too (or their wall time is over). A forked run's
-// PID 1 is a child of the zygote (if the zygote dies, its sandbox's PID 1
-// ends, and every run with it).
 // What a zygote writes (its warnings) goes to the node's log, line by line,
 // as it comes: read while it starts and while it serves.
 void log_what_it_wrote(PreparedRun& zygote, const std::string& profile_name) {
@@ -353,6 +349,10 @@ bool wait_until_it_serves(PreparedRun& zygote, int ctl, const std::string& profi
   return false;
 }
 
+// Returns when the fork server's sandbox ended, or when ctl closed and every
+// run it forked has ended too (or their wall time is over). A forked run's
+// PID 1 is a child of the zygote (if the zygote dies, its sandbox's PID 1
+// ends, and every run with it).
 void wait_while_fork_server_serves(PreparedRun& zygote, int ctl, std::chrono::milliseconds wall_time,
                                    const std::string& profile_name) {
   std::optional<std::chrono::steady_clock::time_point> retired_at;

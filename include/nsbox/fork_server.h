@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ inline constexpr int kForkServerRequestFd = 3;
 // One that takes longer is torn down, and started again after a back-off.
 inline constexpr std::chrono::seconds kForkServerStartTimeout{60};
 
+// What the keeper holds of a fork server's stdout and stderr between two
+// reads (fork_server_spec); more than a pipe's 64 KiB.
+inline constexpr uint64_t kForkServerOutputBytes = 1 << 20;
+
 // The number of fds a fork request carries: the run socket, stdin, stdout,
 // stderr, the result pipe, the error pipe and the report pipe.
 inline constexpr int kForkRequestFds = 7;
@@ -44,7 +49,8 @@ std::string fork_server_refusal(const RunSpec& spec);
 // or JavaScript exec spec): zygote.py or zygote.js as the workload with control_fd at fd 3, the fork
 // server's seccomp filter, /proc unmasked (each run masks its own), no
 // workspace (each run gets its own), no stdin, no deadline or CPU-time limit
-// of its own (its runs have theirs); the rest as a run's.
+// of its own (its runs have theirs), its output held up to
+// kForkServerOutputBytes between reads; the rest as a run's.
 RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd);
 
 // The settings the zygote applies to one run (JSON after the 'F').

@@ -778,12 +778,16 @@ std::string node_of(const std::string& profile) {
 // While a fork server starts, runs of its profile start their interpreter
 // rather than wait for it: each step of a fork has 10 s, which the zygote's
 // start-up must not eat (Node's takes seconds under emulation). Here the
-// Python zygote's start-up takes 4 s longer: a run sent meanwhile starts
-// cold and answers, and once the fork server serves, the profile's runs
-// are forked again.
+// Python zygote's start-up lasts until the test lets it go (a file appears
+// in /site): a run sent meanwhile starts cold and answers, and once the
+// fork server serves, the profile's runs are forked again.
 TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
   TempDir dir;
-  NodeProcess node{node_of(profile_with_zygote_code(dir, "        import time; time.sleep(4)\n"))};
+  NodeProcess node{node_of(profile_with_zygote_code(dir,
+                                                    "        import os, time\n"
+                                                    "        for _ in range(1200):\n"
+                                                    "            if os.path.exists('/site/go'): break\n"
+                                                    "            time.sleep(0.05)\n"))};
   ASSERT_TRUE(node.ready()) << node.log();
   for (int i = 0; i < 3000 && fork_servers_of(node.pid()).empty(); ++i) std::this_thread::sleep_for(20ms);
   ASSERT_FALSE(fork_servers_of(node.pid()).empty()) << node.log();
@@ -792,7 +796,9 @@ TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
   json r = run_as(node, code, false, "python");
   EXPECT_EQ(r["return"], 42) << summary(r);
   EXPECT_EQ(r["pool"], "cold") << summary(r);
+  EXPECT_EQ(metric(node, "nsbox_pool_fork_servers"), 0);
 
+  dir.write("go", "");
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 1)) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // Python's forked, JavaScript's started
   r = run_as(node, code, false, "python");
@@ -802,8 +808,9 @@ TEST(ForkServerStart, RunsStartTheirInterpreterUntilItServes) {
 
 // What a fork server writes (its warnings) reaches the node's log while it
 // serves, line by line and without terminal escapes, not only once it has
-// ended; and however much it writes, it never stalls on the pipe: 200 KiB
-// (three times a pipe's buffer) before it serves, and it still serves.
+// ended, a long line in pieces of 4 KiB; and however much it writes, it
+// never stalls on the pipe: 200 KiB on stdout and on stderr (three times a
+// pipe's buffer) before it serves, and it still serves.
 TEST(ForkServerStart, WhatItWritesReachesTheNodesLogAsItComes) {
   TempDir dir;
   NodeProcess node{node_of(profile_with_zygote_code(dir,
@@ -811,6 +818,7 @@ TEST(ForkServerStart, WhatItWritesReachesTheNodesLogAsItComes) {
                                                     "        sys.stderr.write('zygote says \\x1b[31mhello\\n')\n"
                                                     "        sys.stdout.write('x' * 200000)\n"
                                                     "        sys.stderr.write(('y' * 99 + '\\n') * 2000)\n"
+                                                    "        sys.stderr.write('z' * 10000 + '\\n')\n"
                                                     "        sys.stderr.flush(); sys.stdout.flush()\n"))};
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_fork_servers", 1)) << node.log();
@@ -820,11 +828,15 @@ TEST(ForkServerStart, WhatItWritesReachesTheNodesLogAsItComes) {
   std::string log;
   for (int i = 0; i < 250; ++i) {
     log = node.log();
-    if (log.find("fork server of profile zygotecode: zygote says ?[31mhello") != std::string::npos) break;
+    if (log.find(std::string(4096, 'z')) != std::string::npos) break;  // its last line
     std::this_thread::sleep_for(20ms);
   }
-  EXPECT_NE(log.find("fork server of profile zygotecode: zygote says ?[31mhello"), std::string::npos) << log;
+  EXPECT_NE(log.find("fork server of profile zygotecode: zygote says ?[31mhello"), std::string::npos)
+      << log.substr(0, 4000);
   EXPECT_EQ(log.find("\x1b[31m"), std::string::npos) << "a terminal escape reached the log";
+  // A long line comes in pieces of 4 KiB.
+  EXPECT_NE(log.find("zygotecode: " + std::string(4096, 'z') + "\n"), std::string::npos);
+  EXPECT_EQ(log.find(std::string(4097, 'z')), std::string::npos);
   EXPECT_EQ(fork_servers_of(node.pid()).size(), 1u) << "it is still the fork server that serves";
 }
 
