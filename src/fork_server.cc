@@ -107,10 +107,7 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
 }
 
 size_t largest_fork_request_bytes(const RunSpec& spec) {
-  const SeccompProgram program = spec.seccomp.kind == SeccompChoice::kStrict ? SeccompProgram::strict_policy()
-                                 : spec.seccomp.kind == SeccompChoice::kAllowList
-                                     ? SeccompProgram::allow_list(spec.seccomp.allow)
-                                     : SeccompProgram::default_policy();
+  const SeccompProgram program = SeccompProgram::for_choice(spec.seccomp);
   // As on a host with none of the controllers the limits need (a forked
   // run's CPU time always comes from its cgroup).
   std::set<std::string> missing;

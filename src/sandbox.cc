@@ -549,22 +549,13 @@ std::string best_effort_note(const std::string& controller) {
 
 const SeccompProgram& Launcher::seccomp_for(const SeccompChoice& choice) const {
   if (choice.kind == SeccompChoice::kDefault) return seccomp_;
-  if (choice.kind == SeccompChoice::kForkServer) {
-    auto it = extra_seccomp_.find("fork-server");
-    if (it == extra_seccomp_.end())
-      it = extra_seccomp_.emplace("fork-server", SeccompProgram::fork_server_policy()).first;
-    return it->second;
-  }
-  std::string key = choice.kind == SeccompChoice::kStrict ? "strict" : "allow:";
+  std::string key = choice.kind == SeccompChoice::kForkServer ? "fork-server"
+                    : choice.kind == SeccompChoice::kStrict   ? "strict"
+                                                              : "allow:";
   if (choice.kind == SeccompChoice::kAllowList)
     for (const auto& name : choice.allow) key += name + ",";
   auto it = extra_seccomp_.find(key);
-  if (it == extra_seccomp_.end()) {
-    it = extra_seccomp_
-             .emplace(key, choice.kind == SeccompChoice::kStrict ? SeccompProgram::strict_policy()
-                                                                 : SeccompProgram::allow_list(choice.allow))
-             .first;
-  }
+  if (it == extra_seccomp_.end()) it = extra_seccomp_.emplace(key, SeccompProgram::for_choice(choice)).first;
   return it->second;
 }
 

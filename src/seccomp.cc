@@ -14,6 +14,7 @@
 #include <set>
 
 #include "nsbox/error.h"
+#include "nsbox/run_spec.h"
 #include "nsbox/unique_fd.h"
 
 // libseccomp's SCMP_CMP macros leave datum_b to zero-initialisation, which
@@ -358,6 +359,20 @@ const std::vector<std::string>& SeccompProgram::strict_syscalls() {
 }
 
 SeccompProgram SeccompProgram::strict_policy() { return allow_list(strict_syscalls()); }
+
+SeccompProgram SeccompProgram::for_choice(const SeccompChoice& choice) {
+  switch (choice.kind) {
+    case SeccompChoice::kStrict:
+      return strict_policy();
+    case SeccompChoice::kAllowList:
+      return allow_list(choice.allow);
+    case SeccompChoice::kForkServer:
+      return fork_server_policy();
+    case SeccompChoice::kDefault:
+      break;
+  }
+  return default_policy();
+}
 
 int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept {
   long fd = -1;

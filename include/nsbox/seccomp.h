@@ -12,6 +12,8 @@
 
 namespace nsbox {
 
+struct SeccompChoice;
+
 // One rule of a policy, listed for docs and `nsbox doctor`.
 struct SeccompRuleInfo {
   std::string syscall;
@@ -40,6 +42,8 @@ class SeccompProgram {
   // The built-in `strict` policy: the allow list python3 (threads, asyncio,
   // subprocess, numpy) and node need, from strict_syscalls().
   static SeccompProgram strict_policy();
+  // The program a run spec's choice names (run_spec.h), compiled.
+  static SeccompProgram for_choice(const SeccompChoice& choice);
   static const std::vector<std::string>& strict_syscalls();
 
   SeccompProgram(const SeccompProgram&) = delete;
