@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -21,35 +20,42 @@ namespace nsbox {
 
 namespace cgroup_internal {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+bool try_read_at(int dir, const char* name, std::string* out) {
+  UniqueFd fd(::openat(dir, name, O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  out->clear();
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n == 0) return true;
+    if (n > 0) {
+      out->append(buf, static_cast<size_t>(n));
+    } else if (errno != EINTR) {
+      return false;
+    }
+  }
 }
 
-bool try_read_text(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return true;
+void write_at(int dir, const char* name, const std::string& value, const std::string& shown) {
+  UniqueFd fd(::openat(dir, name, O_WRONLY | O_CLOEXEC));
+  if (!fd) throw SysError("open", shown, errno);
+  if (::write(fd.get(), value.data(), value.size()) < 0) throw SysError("write " + value + " to", shown, errno);
 }
+
+std::string read_text(const std::string& path) {
+  std::string text;
+  try_read_text(path, &text);
+  return text;
+}
+
+bool try_read_text(const std::string& path, std::string* out) { return try_read_at(AT_FDCWD, path.c_str(), out); }
 
 void write_text(const std::string& path, const std::string& value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) throw SysError("open", path, errno);
-  ssize_t n = ::write(fd, value.data(), value.size());
-  int err = errno;
-  ::close(fd);
-  if (n < 0) throw SysError("write " + value + " to", path, err);
+  write_at(AT_FDCWD, path.c_str(), value, path);
 }
 
 // "key value" lines (memory.events, pids.events, cpu.stat, oom_control).
-int64_t read_keyed(const std::string& path, const std::string& key) {
-  std::string text;
-  if (!try_read_text(path, &text)) return -1;
+int64_t keyed_value(const std::string& text, const std::string& key) {
   std::istringstream in(text);
   std::string k;
   int64_t v;
@@ -59,9 +65,7 @@ int64_t read_keyed(const std::string& path, const std::string& key) {
   return -1;
 }
 
-int64_t read_number(const std::string& path) {
-  std::string text;
-  if (!try_read_text(path, &text)) return -1;
+int64_t number_value(const std::string& text) {
   try {
     return std::stoll(text);
   } catch (const std::exception&) {
@@ -69,17 +73,56 @@ int64_t read_number(const std::string& path) {
   }
 }
 
-void make_dir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", path, errno);
-}
-
-std::vector<pid_t> read_pids(const std::string& procs_file) {
+std::vector<pid_t> pid_list(const std::string& text) {
   std::vector<pid_t> pids;
-  std::istringstream in(read_text(procs_file));
+  std::istringstream in(text);
   pid_t pid;
   while (in >> pid) pids.push_back(pid);
   return pids;
 }
+
+int64_t read_keyed(const std::string& path, const std::string& key) {
+  std::string text;
+  return try_read_text(path, &text) ? keyed_value(text, key) : -1;
+}
+
+int64_t read_number(const std::string& path) {
+  std::string text;
+  return try_read_text(path, &text) ? number_value(text) : -1;
+}
+
+CgroupDir CgroupDir::open(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) throw SysError("open", path, errno);
+  return CgroupDir{path, std::move(fd)};
+}
+
+void CgroupDir::write(const char* name, const std::string& value) const {
+  write_at(fd.get(), name, value, path + "/" + name);
+}
+
+bool CgroupDir::has(const char* name) const { return ::faccessat(fd.get(), name, F_OK, 0) == 0; }
+
+int64_t CgroupDir::number(const char* name) const {
+  std::string text;
+  return try_read_at(fd.get(), name, &text) ? number_value(text) : -1;
+}
+
+int64_t CgroupDir::keyed(const char* name, const std::string& key) const {
+  std::string text;
+  return try_read_at(fd.get(), name, &text) ? keyed_value(text, key) : -1;
+}
+
+std::vector<pid_t> CgroupDir::members() const {
+  std::string text;
+  return try_read_at(fd.get(), "cgroup.procs", &text) ? pid_list(text) : std::vector<pid_t>{};
+}
+
+void make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", path, errno);
+}
+
+std::vector<pid_t> read_pids(const std::string& procs_file) { return pid_list(read_text(procs_file)); }
 
 std::vector<std::string> list_subdirs(const std::string& dir) {
   std::vector<std::string> out;

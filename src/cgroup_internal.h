@@ -10,9 +10,14 @@
 #include <vector>
 
 #include "nsbox/cgroup.h"
+#include "nsbox/unique_fd.h"
 
 namespace nsbox::cgroup_internal {
 
+// Reads file name relative to directory fd dir (AT_FDCWD: name is a path).
+bool try_read_at(int dir, const char* name, std::string* out);
+// Writes value to file name relative to dir; errors name the file `shown`.
+void write_at(int dir, const char* name, const std::string& value, const std::string& shown);
 std::string read_text(const std::string& path);
 bool try_read_text(const std::string& path, std::string* out);
 void write_text(const std::string& path, const std::string& value);
@@ -28,6 +33,21 @@ bool run_owner_alive(const std::string& run_name);
 // rmdir of a run cgroup, retried (killing stragglers) while the kernel still
 // counts exiting members: about a second at most.
 void remove_when_empty(const std::string& dir);
+
+// A run cgroup's directory, held open: its files are opened relative to it,
+// so no read or write walks the whole path from / again.
+struct CgroupDir {
+  std::string path;
+  UniqueFd fd;  // O_PATH | O_DIRECTORY
+
+  // Throws SysError naming path when it cannot be opened.
+  static CgroupDir open(const std::string& path);
+  void write(const char* name, const std::string& value) const;  // throws SysError
+  bool has(const char* name) const;
+  int64_t number(const char* name) const;                         // -1 when unreadable
+  int64_t keyed(const char* name, const std::string& key) const;  // -1 when absent
+  std::vector<pid_t> members() const;                             // cgroup.procs
+};
 
 // The directory under nsbox's own cgroup that holds its run cgroups.
 constexpr const char* kParentName = "nsbox";

@@ -23,118 +23,138 @@ namespace {
 // The hierarchies a run joins; cpuacct gives CPU usage, freezer a clean kill.
 constexpr const char* kV1Controllers[] = {"memory", "cpu", "cpuacct", "pids", "freezer"};
 
-bool any_member(const std::vector<std::string>& dirs) {
+bool any_member(const std::vector<CgroupDir>& dirs) {
   for (const auto& dir : dirs)
-    if (!read_pids(dir + "/cgroup.procs").empty()) return true;
+    if (!dir.members().empty()) return true;
   return false;
 }
 
-void freeze_and_kill(const std::string& freezer_dir, const std::vector<std::string>& dirs) {
+void freeze_and_kill(const CgroupDir* freezer, const std::vector<CgroupDir>& dirs) {
   // Freezing flips a kernel static key (text patching on every CPU): only
   // worth it when something is left to kill, which is rare once PID 1 is gone.
   if (!any_member(dirs)) return;
   bool frozen = false;
-  if (!freezer_dir.empty()) {
+  if (freezer) {
     try {
-      write_text(freezer_dir + "/freezer.state", "FROZEN");
+      freezer->write("freezer.state", "FROZEN");
       frozen = true;
     } catch (const SysError&) {
     }
   }
   // Frozen members cannot fork while they are being killed.
   for (const auto& dir : dirs) {
-    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+    for (pid_t pid : dir.members()) ::kill(pid, SIGKILL);
   }
   if (frozen) {
     try {
-      write_text(freezer_dir + "/freezer.state", "THAWED");
+      freezer->write("freezer.state", "THAWED");
     } catch (const SysError&) {
     }
   }
 }
 
-void remove_dirs(const std::string& freezer_dir, const std::vector<std::string>& dirs) {
-  freeze_and_kill(freezer_dir, dirs);
-  for (const auto& dir : dirs) remove_when_empty(dir);
+// Removes a run's directories. An empty run (the usual case: PID 1 is gone)
+// takes one rmdir per hierarchy; members left are frozen and killed first.
+void remove_dirs(const std::vector<CgroupDir>& dirs, const CgroupDir* freezer) {
+  bool all_removed = true;
+  for (const auto& dir : dirs) all_removed &= ::rmdir(dir.path.c_str()) == 0 || errno == ENOENT;
+  if (all_removed) return;
+  freeze_and_kill(freezer, dirs);
+  for (const auto& dir : dirs) remove_when_empty(dir.path);
 }
 
 class V1RunCgroup : public RunCgroup {
  public:
-  ~V1RunCgroup() override { remove_dirs(dir_of("freezer"), unique_dirs_); }
+  ~V1RunCgroup() override { remove_dirs(dirs_, dir_of("freezer")); }
   int clone_into_fd() const override { return -1; }
   void add_process(pid_t pid) override {
-    for (const auto& dir : unique_dirs_) write_text(dir + "/cgroup.procs", std::to_string(pid));
+    for (const auto& dir : dirs_) dir.write("cgroup.procs", std::to_string(pid));
   }
   std::vector<UniqueFd> open_join_fds() const override {
     std::vector<UniqueFd> fds;
-    for (const auto& dir : unique_dirs_) {
-      const std::string path = dir + "/tasks";
-      UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-      if (!fd) throw SysError("open", path, errno);
+    for (const auto& dir : dirs_) {
+      UniqueFd fd(::openat(dir.fd.get(), "tasks", O_WRONLY | O_CLOEXEC));
+      if (!fd) throw SysError("open", dir.path + "/tasks", errno);
       fds.push_back(std::move(fd));
     }
     return fds;
   }
   bool holds(pid_t pid) const override {
     const std::map<std::string, std::string> paths = cgroup_paths_of(pid);
-    for (const auto& [controller, dir] : dirs_) {
+    for (const auto& [controller, index] : index_) {
       auto it = paths.find(controller);
-      if (it == paths.end() || !ends_with_dir(it->second, dir)) return false;
+      if (it == paths.end() || !ends_with_dir(it->second, dirs_[index].path)) return false;
     }
-    return !dirs_.empty();
+    return !index_.empty();
   }
   CgroupUsage usage() const override {
     CgroupUsage u;
     u.cpu_ms = cpu_ms();
-    if (auto d = dir_of("memory"); !d.empty()) {
-      u.peak_memory_bytes = read_number(d + "/memory.max_usage_in_bytes");
-      int64_t oom = read_keyed(d + "/memory.oom_control", "oom_kill");
+    if (const CgroupDir* d = dir_of("memory")) {
+      u.peak_memory_bytes = d->number("memory.max_usage_in_bytes");
+      int64_t oom = d->keyed("memory.oom_control", "oom_kill");
       u.oom_kills = oom > 0 ? static_cast<uint64_t>(oom) : 0;
     }
-    if (auto d = dir_of("pids"); !d.empty()) {
-      int64_t hits = read_keyed(d + "/pids.events", "max");
+    if (const CgroupDir* d = dir_of("pids")) {
+      int64_t hits = d->keyed("pids.events", "max");
       u.pids_limit_hits = hits > 0 ? static_cast<uint64_t>(hits) : 0;
     }
-    if (auto d = dir_of("cpu"); !d.empty()) {
-      int64_t throttled = read_keyed(d + "/cpu.stat", "nr_throttled");
+    if (const CgroupDir* d = dir_of("cpu")) {
+      int64_t throttled = d->keyed("cpu.stat", "nr_throttled");
       u.cpu_throttled = throttled > 0 ? static_cast<uint64_t>(throttled) : 0;
     }
     return u;
   }
   int64_t cpu_ms() const override {
-    const std::string d = dir_of("cpuacct");
-    const int64_t ns = d.empty() ? -1 : read_number(d + "/cpuacct.usage");
+    const CgroupDir* d = dir_of("cpuacct");
+    const int64_t ns = d ? d->number("cpuacct.usage") : -1;
     return ns >= 0 ? ns / 1000000 : -1;
   }
-  bool counts_cpu_time() const override { return !dir_of("cpuacct").empty(); }
-  void kill_all() override { freeze_and_kill(dir_of("freezer"), unique_dirs_); }
+  bool counts_cpu_time() const override { return dir_of("cpuacct") != nullptr; }
+  void kill_all() override { freeze_and_kill(dir_of("freezer"), dirs_); }
   bool set_cpu_weight(uint32_t weight) override {
-    const std::string d = dir_of("cpu");
-    if (d.empty()) return false;
+    const CgroupDir* d = dir_of("cpu");
+    if (!d) return false;
     // v1 shares: 1024 is the default, as 100 is v2's; 2 is the least.
     const uint64_t shares = std::max<uint64_t>(2, uint64_t{weight} * 1024 / kDefaultCpuWeight);
-    write_text(d + "/cpu.shares", std::to_string(shares));
+    d->write("cpu.shares", std::to_string(shares));
     return true;
   }
   std::string describe() const override {
     std::string out;
-    for (const auto& d : unique_dirs_) out += (out.empty() ? "" : ", ") + d;
+    for (const auto& d : dirs_) out += (out.empty() ? "" : ", ") + d.path;
     return out;
   }
 
-  void add_dir(const std::string& controller, const std::string& dir) {
-    dirs_[controller] = dir;
-    if (std::find(unique_dirs_.begin(), unique_dirs_.end(), dir) == unique_dirs_.end()) unique_dirs_.push_back(dir);
+  // Adds controller's directory (created); co-mounted controllers share one.
+  void add_dir(const std::string& controller, const std::string& path) {
+    auto same = std::find_if(dirs_.begin(), dirs_.end(), [&](const CgroupDir& d) { return d.path == path; });
+    if (same == dirs_.end()) {
+      // Removed by the destructor even if it cannot be opened.
+      dirs_.push_back(CgroupDir{path, UniqueFd()});
+      dirs_.back() = CgroupDir::open(path);
+      same = dirs_.end() - 1;
+    }
+    index_[controller] = static_cast<size_t>(same - dirs_.begin());
   }
-  std::string dir_of(const std::string& controller) const {
-    auto it = dirs_.find(controller);
-    return it == dirs_.end() ? std::string() : it->second;
+  const CgroupDir* dir_of(const std::string& controller) const {
+    auto it = index_.find(controller);
+    return it == index_.end() ? nullptr : &dirs_[it->second];
   }
 
  private:
-  std::map<std::string, std::string> dirs_;  // controller -> run dir (co-mounted ones share)
-  std::vector<std::string> unique_dirs_;
+  std::vector<CgroupDir> dirs_;              // one per directory, in creation order
+  std::map<std::string, size_t> index_;      // controller -> its entry in dirs_
 };
+
+// Makes run_name under parent; parent itself only when it is missing (the
+// first run in this hierarchy), which saves a mkdir per run.
+void make_run_dir(const std::string& parent, const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return;
+  if (errno != ENOENT) throw SysError("mkdir", dir, errno);
+  make_dir(parent);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", dir, errno);
+}
 
 }  // namespace
 
@@ -146,24 +166,21 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     if (it == host.v1_self_dirs.end()) continue;
     const std::string parent = it->second + "/" + kParentName;
     const std::string dir = parent + "/" + run_name;
-    make_dir(parent);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", dir, errno);
+    make_run_dir(parent, dir);
     cg->add_dir(controller, dir);  // removed by cg's destructor on any throw below
   }
-  if (limits.memory_bytes) {
-    const std::string d = cg->dir_of("memory");
-    write_text(d + "/memory.limit_in_bytes", std::to_string(limits.memory_bytes));
+  if (const CgroupDir* d = cg->dir_of("memory"); d && limits.memory_bytes) {
+    d->write("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
     // memory+swap at the same limit: no swap (present only with swap accounting).
-    if (::access((d + "/memory.memsw.limit_in_bytes").c_str(), F_OK) == 0)
-      write_text(d + "/memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
+    if (d->has("memory.memsw.limit_in_bytes"))
+      d->write("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
   }
-  if (limits.cpus > 0) {
-    const std::string d = cg->dir_of("cpu");
+  if (const CgroupDir* d = cg->dir_of("cpu"); d && limits.cpus > 0) {
     const long period = 100000;
-    write_text(d + "/cpu.cfs_period_us", std::to_string(period));
-    write_text(d + "/cpu.cfs_quota_us", std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
+    d->write("cpu.cfs_period_us", std::to_string(period));
+    d->write("cpu.cfs_quota_us", std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
   }
-  if (limits.pids) write_text(cg->dir_of("pids") + "/pids.max", std::to_string(limits.pids));
+  if (const CgroupDir* d = cg->dir_of("pids"); d && limits.pids) d->write("pids.max", std::to_string(limits.pids));
   return cg;
 }
 
@@ -178,13 +195,20 @@ int remove_stale_v1(const CgroupHost& host) {
     }
   }
   for (const auto& [name, dirs] : stale) {
-    std::vector<std::string> all;
-    std::string freezer;
+    std::vector<CgroupDir> all;
+    std::string freezer_path;
     for (const auto& [controller, dir] : dirs) {
-      if (std::find(all.begin(), all.end(), dir) == all.end()) all.push_back(dir);
-      if (controller == "freezer") freezer = dir;
+      if (std::none_of(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == dir; })) {
+        try {
+          all.push_back(CgroupDir::open(dir));
+        } catch (const SysError&) {
+          continue;  // gone meanwhile
+        }
+      }
+      if (controller == "freezer") freezer_path = dir;
     }
-    remove_dirs(freezer, all);
+    auto freezer = std::find_if(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == freezer_path; });
+    remove_dirs(all, freezer == all.end() ? nullptr : &*freezer);
   }
   return static_cast<int>(stale.size());
 }
