@@ -3,6 +3,7 @@
 // namespaces and a cgroup of its own, and the fork servers themselves hold
 // no privilege.
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,6 +22,9 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/profile_loader.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
 namespace {
@@ -722,6 +726,39 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
     ASSERT_EQ(r["status"], "ok") << summary(r);
     EXPECT_EQ(r["return"], json::array({100000, 100000, 100000})) << language;
     EXPECT_NE(r["pool"], "cold") << language;
+  }
+}
+
+// A fork server parses a run's settings once and reuses them while they
+// repeat (a profile's runs differ only in their fds). Settings that change
+// are the new run's, and the first ones again after them: driven here
+// through one fork server of each language, with Launcher's own calls.
+TEST(ForkServerRequest, SettingsThatChangeAreEachRunsOwn) {
+  const std::pair<Language, const char*> programs[] = {
+      {Language::kPython, "import os, socket\ndef main(args):\n    return [os.environ['SETTING'], socket.gethostname()]\n"},
+      {Language::kJavaScript,
+       "const os = require('os');\nfunction main(args) {\n  return [process.env.SETTING, os.hostname()];\n}\n"}};
+  for (const auto& [language, code] : programs) {
+    SCOPED_TRACE(language == Language::kPython ? "python" : "javascript");
+    RunSpec base = exec_spec(spec_from_profile(load_profile("default", ProfileSearch{})), language);
+    base.rootfs = test_rootfs();
+    int pair[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+    UniqueFd requests(pair[0]), theirs(pair[1]);
+    std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(base, theirs.get()));
+    theirs.reset();
+    ASSERT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
+    for (const std::string value : {"first", "second", "first"}) {
+      RunSpec spec = base;
+      set_env(spec.env, "SETTING", value);
+      spec.hostname = "host-" + value;
+      std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec, requests.get());
+      const ExecOutcome out = finish_exec(*run, spec, ExecRequest{language, code, {}});
+      EXPECT_EQ(out.status, "ok") << out.error.value_or("") << out.run.stderr_data;
+      EXPECT_EQ(out.return_value, nlohmann::ordered_json::array({value, "host-" + value}));
+    }
+    requests.reset();
+    zygote->finish(std::nullopt, std::chrono::milliseconds(1));
   }
 }
 

@@ -205,6 +205,9 @@ function serve() {
   }
   const uid = process.getuid(), gid = process.getgid(); // what each run's user namespace maps
   forkinit.recordZygoteFds(); // what each run replaces of the zygote's
+  // A profile's runs send the same settings each time (only the fds
+  // differ): parsed once (zygote.py says why).
+  let lastText = null, cfg, plan;
   for (;;) {
     const request = forkinit.receive(CONTROL_FD);
     if (request === null) {
@@ -218,10 +221,15 @@ function serve() {
       continue;
     }
     const fds = request.fds;
-    let cfg, plan;
     try {
-      cfg = JSON.parse(request.text);
-      plan = runPlan(cfg, fds, uid, gid);
+      if (request.text === lastText) {
+        plan.fds = fds;
+      } else {
+        lastText = null; // until cfg and plan are both this request's
+        cfg = JSON.parse(request.text);
+        plan = runPlan(cfg, fds, uid, gid);
+        lastText = request.text;
+      }
     } catch (e) { // nsbox sent what this file does not read: fail the run, keep serving
       reportFailure(fds[FD_ERROR], 'fork server', `request: ${e}`, EINVAL);
       for (const fd of fds) fs.closeSync(fd);
