@@ -50,9 +50,7 @@ std::string read_text(const std::string& path) {
 
 bool try_read_text(const std::string& path, std::string* out) { return try_read_at(AT_FDCWD, path.c_str(), out); }
 
-void write_text(const std::string& path, const std::string& value) {
-  write_at(AT_FDCWD, path.c_str(), value, path);
-}
+void write_text(const std::string& path, const std::string& value) { write_at(AT_FDCWD, path.c_str(), value, path); }
 
 // "key value" lines (memory.events, pids.events, cpu.stat, oom_control).
 int64_t keyed_value(const std::string& text, const std::string& key) {

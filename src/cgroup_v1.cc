@@ -143,8 +143,8 @@ class V1RunCgroup : public RunCgroup {
   }
 
  private:
-  std::vector<CgroupDir> dirs_;              // one per directory, in creation order
-  std::map<std::string, size_t> index_;      // controller -> its entry in dirs_
+  std::vector<CgroupDir> dirs_;          // one per directory, in creation order
+  std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
 };
 
 // Makes run_name under parent; parent itself only when it is missing (the

@@ -22,8 +22,8 @@
 
 #include "fixture.h"
 #include "node_process.h"
-#include "nsbox/profile_loader.h"
 #include "nsbox/profile_apply.h"
+#include "nsbox/profile_loader.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
@@ -735,7 +735,8 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
 // through one fork server of each language, with Launcher's own calls.
 TEST(ForkServerRequest, SettingsThatChangeAreEachRunsOwn) {
   const std::pair<Language, const char*> programs[] = {
-      {Language::kPython, "import os, socket\ndef main(args):\n    return [os.environ['SETTING'], socket.gethostname()]\n"},
+      {Language::kPython,
+       "import os, socket\ndef main(args):\n    return [os.environ['SETTING'], socket.gethostname()]\n"},
       {Language::kJavaScript,
        "const os = require('os');\nfunction main(args) {\n  return [process.env.SETTING, os.hostname()];\n}\n"}};
   for (const auto& [language, code] : programs) {
