@@ -197,7 +197,8 @@ int remove_stale_v1(const CgroupHost& host) {
   for (const auto& [name, dirs] : stale) {
     std::vector<CgroupDir> all;
     std::string freezer_path;
-    for (const auto& [controller, dir] : dirs) {
+    for (const auto& [controller, dir_path] : dirs) {
+      const std::string& dir = dir_path;  // a lambda may not capture a structured binding before C++20 (clang)
       if (std::none_of(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == dir; })) {
         try {
           all.push_back(CgroupDir::open(dir));
