@@ -36,10 +36,18 @@ bool try_read_at(int dir, const char* name, std::string* out) {
   }
 }
 
-void write_at(int dir, const char* name, const std::string& value, const std::string& shown) {
+void write_at(int dir, const char* name, const std::string& value, const std::string& dir_path) {
+  // The error names dir_path/name, built only when there is one.
+  auto shown = [&] { return dir_path.empty() ? std::string(name) : dir_path + "/" + name; };
   UniqueFd fd(::openat(dir, name, O_WRONLY | O_CLOEXEC));
-  if (!fd) throw SysError("open", shown, errno);
-  if (::write(fd.get(), value.data(), value.size()) < 0) throw SysError("write " + value + " to", shown, errno);
+  if (!fd) {
+    const int err = errno;
+    throw SysError("open", shown(), err);
+  }
+  if (::write(fd.get(), value.data(), value.size()) < 0) {
+    const int err = errno;
+    throw SysError("write " + value + " to", shown(), err);
+  }
 }
 
 std::string read_text(const std::string& path) {
@@ -50,7 +58,7 @@ std::string read_text(const std::string& path) {
 
 bool try_read_text(const std::string& path, std::string* out) { return try_read_at(AT_FDCWD, path.c_str(), out); }
 
-void write_text(const std::string& path, const std::string& value) { write_at(AT_FDCWD, path.c_str(), value, path); }
+void write_text(const std::string& path, const std::string& value) { write_at(AT_FDCWD, path.c_str(), value, ""); }
 
 // "key value" lines (memory.events, pids.events, cpu.stat, oom_control).
 int64_t keyed_value(const std::string& text, const std::string& key) {
@@ -91,13 +99,14 @@ int64_t read_number(const std::string& path) {
 
 CgroupDir CgroupDir::open(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) throw SysError("open", path, errno);
+  if (!fd) {
+    const int err = errno;
+    throw SysError("open", path, err);
+  }
   return CgroupDir{path, std::move(fd)};
 }
 
-void CgroupDir::write(const char* name, const std::string& value) const {
-  write_at(fd.get(), name, value, path + "/" + name);
-}
+void CgroupDir::write(const char* name, const std::string& value) const { write_at(fd.get(), name, value, path); }
 
 bool CgroupDir::has(const char* name) const { return ::faccessat(fd.get(), name, F_OK, 0) == 0; }
 

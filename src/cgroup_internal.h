@@ -16,8 +16,9 @@ namespace nsbox::cgroup_internal {
 
 // Reads file name relative to directory fd dir (AT_FDCWD: name is a path).
 bool try_read_at(int dir, const char* name, std::string* out);
-// Writes value to file name relative to dir; errors name the file `shown`.
-void write_at(int dir, const char* name, const std::string& value, const std::string& shown);
+// Writes value to file name relative to dir; errors name the file as
+// dir_path/name (just name when dir_path is empty).
+void write_at(int dir, const char* name, const std::string& value, const std::string& dir_path);
 std::string read_text(const std::string& path);
 bool try_read_text(const std::string& path, std::string* out);
 void write_text(const std::string& path, const std::string& value);

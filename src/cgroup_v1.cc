@@ -74,7 +74,10 @@ class V1RunCgroup : public RunCgroup {
     std::vector<UniqueFd> fds;
     for (const auto& dir : dirs_) {
       UniqueFd fd(::openat(dir.fd.get(), "tasks", O_WRONLY | O_CLOEXEC));
-      if (!fd) throw SysError("open", dir.path + "/tasks", errno);
+      if (!fd) {
+        const int err = errno;
+        throw SysError("open", dir.path + "/tasks", err);
+      }
       fds.push_back(std::move(fd));
     }
     return fds;
@@ -141,6 +144,14 @@ class V1RunCgroup : public RunCgroup {
     auto it = index_.find(controller);
     return it == index_.end() ? nullptr : &dirs_[it->second];
   }
+  // The directory of a controller a limit needs; a host without its
+  // hierarchy cannot enforce the limit, and the run's cgroup is not made.
+  const CgroupDir& needed(const std::string& controller) const {
+    const CgroupDir* d = dir_of(controller);
+    if (!d)
+      throw SysError("cgroup v1", "no " + controller + " hierarchy for the run's " + controller + " limit", ENOENT);
+    return *d;
+  }
 
  private:
   std::vector<CgroupDir> dirs_;          // one per directory, in creation order
@@ -169,18 +180,20 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     make_run_dir(parent, dir);
     cg->add_dir(controller, dir);  // removed by cg's destructor on any throw below
   }
-  if (const CgroupDir* d = cg->dir_of("memory"); d && limits.memory_bytes) {
-    d->write("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
+  if (limits.memory_bytes) {
+    const CgroupDir& d = cg->needed("memory");
+    d.write("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
     // memory+swap at the same limit: no swap (present only with swap accounting).
-    if (d->has("memory.memsw.limit_in_bytes"))
-      d->write("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
+    if (d.has("memory.memsw.limit_in_bytes"))
+      d.write("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
   }
-  if (const CgroupDir* d = cg->dir_of("cpu"); d && limits.cpus > 0) {
+  if (limits.cpus > 0) {
+    const CgroupDir& d = cg->needed("cpu");
     const long period = 100000;
-    d->write("cpu.cfs_period_us", std::to_string(period));
-    d->write("cpu.cfs_quota_us", std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
+    d.write("cpu.cfs_period_us", std::to_string(period));
+    d.write("cpu.cfs_quota_us", std::to_string(std::max(1000L, static_cast<long>(limits.cpus * period))));
   }
-  if (const CgroupDir* d = cg->dir_of("pids"); d && limits.pids) d->write("pids.max", std::to_string(limits.pids));
+  if (limits.pids) cg->needed("pids").write("pids.max", std::to_string(limits.pids));
   return cg;
 }
 
@@ -198,12 +211,12 @@ int remove_stale_v1(const CgroupHost& host) {
     std::vector<CgroupDir> all;
     std::string freezer_path;
     for (const auto& [controller, dir_path] : dirs) {
-      const std::string& dir = dir_path;  // a lambda may not capture a structured binding before C++20 (clang)
+      const std::string& dir = dir_path;  // clang before 16 cannot capture a structured binding in a lambda
       if (std::none_of(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == dir; })) {
         try {
           all.push_back(CgroupDir::open(dir));
         } catch (const SysError&) {
-          continue;  // gone meanwhile
+          all.push_back(CgroupDir{dir, UniqueFd()});  // removed by path all the same
         }
       }
       if (controller == "freezer") freezer_path = dir;

@@ -16,6 +16,7 @@
 
 #include "fixture.h"
 #include "nsbox/cgroup.h"
+#include "nsbox/error.h"
 
 namespace nsbox::testing {
 namespace {
@@ -316,6 +317,25 @@ CgroupHost host_without_controllers() {
   host.v2_mount = "/sys/fs/cgroup/unified";
   host.v2_self_dir = "/nonexistent/nsbox-cgroup";
   return host;
+}
+
+// A v1 host where a limit's hierarchy is missing: no run cgroup is made
+// (the caller then refuses the run, or runs it best-effort with stand-ins),
+// and what was made in the other hierarchies is removed.
+TEST(FailClosed, AV1LimitWithoutItsHierarchyMakesNoCgroup) {
+  const CgroupHost& real = launcher().cgroup_host();
+  if (!real.v1_self_dirs.contains("pids")) GTEST_SKIP() << "no cgroup v1 pids hierarchy on this host";
+  CgroupHost host;
+  host.v1_self_dirs["pids"] = real.v1_self_dirs.at("pids");
+  const std::string name = next_run_cgroup_name();
+  try {
+    create_run_cgroup(host, "v1", CgroupLimits{.memory_bytes = 64 << 20}, name);
+    ADD_FAILURE() << "a memory limit was accepted without a memory hierarchy";
+  } catch (const SysError& e) {
+    EXPECT_NE(std::string(e.what()).find("no memory hierarchy"), std::string::npos) << e.what();
+  }
+  const std::string made = real.v1_self_dirs.at("pids") + "/nsbox/" + name;
+  EXPECT_NE(::access(made.c_str(), F_OK), 0) << made << " remained";
 }
 
 TEST(FailClosed, MemoryLimitWithoutMemoryControllerIsRefused) {

@@ -730,9 +730,10 @@ TEST(ForkServerRequest, CarriesAProfileEnvOfHundredsOfKilobytes) {
 }
 
 // A fork server parses a run's settings once and reuses them while they
-// repeat (a profile's runs differ only in their fds). Settings that change
-// are the new run's, and the first ones again after them: driven here
-// through one fork server of each language, with Launcher's own calls.
+// repeat (a profile's runs differ only in their fds). A repeat reaches its
+// own run's fds; settings that change are the new run's, and the first
+// ones again after them: driven here through one fork server of each
+// language, with Launcher's own calls.
 TEST(ForkServerRequest, SettingsThatChangeAreEachRunsOwn) {
   const std::pair<Language, const char*> programs[] = {
       {Language::kPython,
@@ -749,7 +750,7 @@ TEST(ForkServerRequest, SettingsThatChangeAreEachRunsOwn) {
     std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(base, theirs.get()));
     theirs.reset();
     ASSERT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
-    for (const std::string value : {"first", "second", "first"}) {
+    for (const std::string value : {"first", "first", "second", "first"}) {
       RunSpec spec = base;
       set_env(spec.env, "SETTING", value);
       spec.hostname = "host-" + value;
