@@ -102,9 +102,12 @@ std::string Metrics::render(const Gauges& g) const {
          "Fork servers serving (started and waiting for their requests); a key's warm sandboxes are forked once its "
          "fork server serves.",
          g.pool.fork_servers);
-  single(out, "nsbox_pool_hits_total", "counter", "Runs given a warm sandbox.", g.pool.hits);
-  single(out, "nsbox_pool_misses_total", "counter", "Runs of a pooled profile that found no warm sandbox ready.",
-         g.pool.misses);
+  single(out, "nsbox_pool_hits_total", "counter", "Runs given a warm sandbox ready and waiting.", g.pool.hits);
+  single(out, "nsbox_pool_waits_total", "counter",
+         "Runs given a warm sandbox still starting (none was ready); they wait for the rest of its start-up.",
+         g.pool.waits);
+  single(out, "nsbox_pool_misses_total", "counter",
+         "Runs of a pooled profile that found no warm sandbox ready or starting.", g.pool.misses);
   single(out, "nsbox_pool_refills_total", "counter", "Warm sandboxes started.", g.pool.refills);
   single(out, "nsbox_pool_refill_seconds_total", "counter",
          "Time from starting a warm sandbox to its being ready, summed.",

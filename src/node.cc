@@ -400,9 +400,16 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.queued = admission_.queued();
     g.max_running = cfg_now->max_concurrent;
     g.max_queued = cfg_now->queue_depth;
-    g.pool = {ps.idle.load(),        ps.starting.load(), ps.idle_memory_bytes.load(), ps.hits.load(),
-              ps.misses.load(),      ps.refills.load(),  ps.refill_ms_total.load(),   ps.retired.load(),
-              ps.fork_servers.load()};
+    g.pool = {.idle = ps.idle.load(),
+              .starting = ps.starting.load(),
+              .idle_memory_bytes = ps.idle_memory_bytes.load(),
+              .hits = ps.hits.load(),
+              .waits = ps.waits.load(),
+              .misses = ps.misses.load(),
+              .refills = ps.refills.load(),
+              .refill_ms_total = ps.refill_ms_total.load(),
+              .retired = ps.retired.load(),
+              .fork_servers = ps.fork_servers.load()};
     res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
   });
   svr->Post("/run", [this, li](const httplib::Request& req, httplib::Response& res,

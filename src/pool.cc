@@ -189,20 +189,27 @@ bool WarmPool::take(const std::string& key, int job_fd) {
   auto it = keys_.find(key);
   if (it == keys_.end()) return false;
   auto& workers = it->second.workers;
-  for (auto w = workers.begin(); w != workers.end(); ++w) {
-    if (!w->ready) continue;
+  // A ready one, else the one furthest into its start-up: a request that
+  // waits for the rest of it costs one interpreter start, where a cold one
+  // started beside it would cost two (the CPUs are the bound under load).
+  auto best = [&] {
+    return std::min_element(workers.begin(), workers.end(), [](const Worker& a, const Worker& b) {
+      return a.ready != b.ready ? a.ready : a.started < b.started;
+    });
+  };
+  for (auto w = best(); w != workers.end(); w = best()) {
     // The worker reads the job from job_fd and answers on it; its control
-    // socket closes with it.
+    // socket closes with it. A starting one finds it queued, and hurries.
     if (send_fd(w->ctl.get(), job_fd, 'J') != 0) {
       workers.erase(w);  // it died just now: try the next
-      return take(key, job_fd);
+      continue;
     }
     // Only a take from a full key holds its refill back: with one missing
     // already, a refill is pending or under way, and must not be pushed.
     const bool was_full = workers.size() >= it->second.entry.size;
+    (w->ready ? stats_->hits : stats_->waits).fetch_add(1);
     workers.erase(w);
     if (was_full) it->second.refill_at = Clock::now() + refill_delay_;
-    stats_->hits.fetch_add(1);
     update_gauges();
     return true;
   }

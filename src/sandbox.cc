@@ -673,9 +673,20 @@ bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chro
 
 }  // namespace
 
-bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout) const {
+bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout, int abort_fd) const {
   // Checked often: a warm sandbox is offered as soon as it is ready.
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, -1, 2);
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, abort_fd, 2);
+}
+
+bool PreparedRun::restore_cpu_weight() {
+  if (!state_->cpu_weight_lowered) return true;
+  try {
+    state_->cgroup->set_cpu_weight(kDefaultCpuWeight);
+  } catch (const SysError&) {
+    return false;
+  }
+  state_->cpu_weight_lowered = false;
+  return true;
 }
 
 bool PreparedRun::wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const {

@@ -246,6 +246,91 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
   ::_exit(0);
 }
 
+// What waits on a pool worker's control socket: nothing yet, a job (the
+// pool sends nothing else), or end of file (the pool retired the sandbox).
+enum class Queued { kNothing, kJobQueued, kRetired };
+
+Queued peek_control(int ctl) {
+  for (;;) {
+    char tag = 0;
+    const ssize_t n = ::recv(ctl, &tag, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return Queued::kJobQueued;
+    if (n == 0) return Queued::kRetired;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN ? Queued::kNothing : Queued::kRetired;
+  }
+}
+
+// Waits for the runner's start-up, at most 10 s (one that takes longer is
+// offered anyway: a run on it only waits for the rest). A job the pool
+// gives this sandbox meanwhile (none was ready) raises its CPU weight to
+// the default: a request now waits for it. False when the pool retired it.
+bool wait_until_ready(PreparedRun& prepared, int ctl) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  bool hurried = false;
+  while (prepared.pidfd() >= 0) {
+    if (!hurried) {
+      const Queued queued = peek_control(ctl);
+      if (queued == Queued::kRetired) return false;
+      if (queued == Queued::kJobQueued) {
+        prepared.restore_cpu_weight();  // when it cannot, finish() tries again and warns
+        hurried = true;
+      }
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || prepared.wait_for_input(left, hurried ? -1 : ctl)) return true;
+    // It ended, or is slow; else the control socket woke it.
+    if (hurried || peek_control(ctl) == Queued::kNothing) return true;
+  }
+  return true;
+}
+
+// The job the pool sends once the sandbox is ready (or sent while it
+// started), or -1 when the pool retired it or the sandbox ended first.
+int wait_for_job(int ctl, int sandbox_pidfd) {
+  for (;;) {
+    pollfd fds[2] = {{ctl, POLLIN, 0}, {sandbox_pidfd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (fds[1].revents) return -1;  // the sandbox ended while waiting
+    char tag = 0;
+    const int job_fd = receive_fd(ctl, &tag);
+    if (job_fd >= 0 && tag == kJob) return job_fd;
+    if (job_fd >= 0) ::close(job_fd);
+    if (job_fd == -1) return -1;  // retired
+  }
+}
+
+// Runs job_fd's job in a sandbox started for it, and answers.
+void answer_cold(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd) {
+  json result;
+  try {
+    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, -1, &profiles);
+    result["pool"] = "cold";
+  } catch (const std::exception& e) {
+    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+  } catch (...) {
+    result = failure_result("The sandbox could not be started: unknown error");
+  }
+  send_result(job_fd, result);
+}
+
+// A pool worker whose sandbox failed or ended before serving: a job the
+// pool gave it meanwhile still gets an answer, from a sandbox of its own,
+// as a miss would have.
+void answer_queued_job_cold(const Launcher& launcher, const ParsedProfiles& profiles, int ctl) {
+  // From now on the pool's sends fail (it then tries another sandbox):
+  // none can arrive after the last look and be dropped at exit.
+  ::shutdown(ctl, SHUT_RD);
+  if (peek_control(ctl) != Queued::kJobQueued) return;
+  char tag = 0;
+  UniqueFd job_fd(receive_fd(ctl, &tag));
+  if (job_fd && tag == kJob) answer_cold(launcher, profiles, job_fd.get());
+}
+
 // A pool worker: starts a sandbox for entry ahead of any request, says so on
 // ctl, and waits. A job fd on ctl runs the job in it; ctl closing (retired)
 // or the sandbox dying ends it. Either way the sandbox is torn down before
@@ -253,7 +338,7 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
 void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
                       int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-warm", 0, 0, 0);
-  int job_fd = -1;
+  UniqueFd job_fd;
   try {
     const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
     const Profile& profile = *parsed;
@@ -262,52 +347,46 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
                                                 ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
                                                 : launcher.prepare(spec, kWarmingCpuWeight);
     if (fork_server >= 0) ::close(fork_server);
-    // Ready when the interpreter has started and waits for its request. A
-    // runner that takes longer is offered anyway: a run on it only waits
-    // for the rest of its start-up.
-    prepared->wait_for_input(std::chrono::seconds(10));
-    PoolReady ready;
-    const int64_t memory = prepared->memory_bytes();
-    ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
-    if (prepared->pidfd() < 0 || ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL) != sizeof ready) return;
-    for (;;) {
-      pollfd fds[2] = {{ctl, POLLIN, 0}, {prepared->pidfd(), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents) return;  // the sandbox ended while waiting
-      char tag = 0;
-      job_fd = receive_fd(ctl, &tag);
-      if (job_fd >= 0 && tag == 'J') break;
-      if (job_fd >= 0) ::close(job_fd);
-      if (job_fd == -1) return;  // retired
+    if (!wait_until_ready(*prepared, ctl)) return;
+    if (prepared->pidfd() >= 0) {
+      PoolReady ready;
+      const int64_t memory = prepared->memory_bytes();
+      ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
+      // Fails when the pool has closed its end: it gave this sandbox a job
+      // while it started (queued, received below), or retired it.
+      ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
+      job_fd.reset(wait_for_job(ctl, prepared->pidfd()));
     }
-    const Job job = decode_job(read_job(job_fd));
+    if (!job_fd) {
+      prepared.reset();
+      answer_queued_job_cold(launcher, profiles, ctl);
+      return;
+    }
+    const Job job = decode_job(read_job(job_fd.get()));
     json result;
     if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      result = run_job(launcher, job, job_fd, -1, &profiles);
+      result = run_job(launcher, job, job_fd.get(), -1, &profiles);
       result["pool"] = "cold";
     } else {
       std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
-      ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd);
+      ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd.get());
       result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
       result["pool"] = "warm";
     }
     // Every process of the run is gone; reaping PID 1 (which takes the
     // namespaces with it) and removing the cgroup and the workspace need
     // not delay the answer.
-    send_result(job_fd, result);
-    ::close(job_fd);
-    job_fd = -1;
-    prepared.reset();
+    send_result(job_fd.get(), result);
+    job_fd.reset();
+    return;
   } catch (const std::exception& e) {
-    if (job_fd >= 0) send_result(job_fd, failure_result(std::string("The sandbox could not be started: ") + e.what()));
+    if (job_fd) send_result(job_fd.get(), failure_result(std::string("The sandbox could not be started: ") + e.what()));
   } catch (...) {
-    if (job_fd >= 0) send_result(job_fd, failure_result("The sandbox could not be started: unknown error"));
+    if (job_fd) send_result(job_fd.get(), failure_result("The sandbox could not be started: unknown error"));
   }
+  if (!job_fd) answer_queued_job_cold(launcher, profiles, ctl);  // it failed before a job came
 }
 
 // The pids of pid's children (/proc/PID/task/PID/children).

@@ -95,8 +95,9 @@ struct PoolStats {
   std::atomic<uint64_t> starting{0};           // being started
   std::atomic<uint64_t> idle_memory_bytes{0};  // what the idle ones hold
   std::atomic<uint64_t> fork_servers{0};       // fork servers serving
-  std::atomic<uint64_t> hits{0};               // jobs given a warm sandbox
-  std::atomic<uint64_t> misses{0};             // jobs of a pooled key that found none ready
+  std::atomic<uint64_t> hits{0};               // jobs given a warm sandbox ready and waiting
+  std::atomic<uint64_t> waits{0};              // jobs given one still starting (none was ready)
+  std::atomic<uint64_t> misses{0};             // jobs of a pooled key that found none ready or starting
   std::atomic<uint64_t> refills{0};            // warm sandboxes that became ready
   std::atomic<uint64_t> refill_ms_total{0};    // their start-up times, summed
   std::atomic<uint64_t> retired{0};            // idle sandboxes dropped (reload, shutdown)
@@ -141,8 +142,11 @@ class WarmPool {
   void add_pollfds(std::vector<pollfd>& fds) const;
   void on_events(const std::vector<pollfd>& fds);
 
-  // Hands job_fd to a ready sandbox of key; false when there is none (the
-  // caller starts a cold one). Counts hits and misses of pooled keys.
+  // Hands job_fd to a ready sandbox of key, else to the one of key that
+  // has been starting longest (its worker raises its CPU weight, and serves
+  // the job once ready, or in a sandbox of its own if that one fails);
+  // false when there is none (the caller starts a cold one). Counts hits,
+  // waits and misses of pooled keys.
   bool take(const std::string& key, int job_fd);
 
   // Starts pool workers until every key has its size (within the memory

@@ -64,8 +64,13 @@ class PreparedRun {
   int pidfd() const;
   pid_t pid() const;  // PID 1's, as this process sees it, or -1
   // Waits until the workload blocks reading its stdin (its start-up is
-  // done), up to timeout; false when it did not (it ended, or is slower).
-  bool wait_for_input(std::chrono::milliseconds timeout) const;
+  // done), up to timeout or until abort_fd (if not -1) is readable; false
+  // when it did not (it ended, is slower, or was aborted).
+  bool wait_for_input(std::chrono::milliseconds timeout, int abort_fd = -1) const;
+  // A request waits for this sandbox: the rest of its start-up runs at the
+  // default CPU weight instead of prepare's start_cpu_weight. False when
+  // the weight could not be raised (finish() tries again).
+  bool restore_cpu_weight();
   // For a fork server's sandbox: waits until the zygote blocks receiving its
   // requests (its preloads are done), up to timeout or until abort_fd (if
   // not -1) is readable; false when it did not.

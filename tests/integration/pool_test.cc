@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -114,7 +115,9 @@ TEST_P(Pool, ABurstRefillsThePool) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok, 6);
-  EXPECT_GE(metric(node_, "nsbox_pool_hits_total") + metric(node_, "nsbox_pool_misses_total"), 6);
+  EXPECT_GE(metric(node_, "nsbox_pool_hits_total") + metric(node_, "nsbox_pool_waits_total") +
+                metric(node_, "nsbox_pool_misses_total"),
+            6);
   EXPECT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << "the pool did not refill";
   EXPECT_EQ(run_v1(node_, "def main(args):\n    return 1")["pool"], "warm");
 }
@@ -210,6 +213,128 @@ TEST(PoolRefill, ASandboxThatCannotStartIsRetriedWithBackoff) {
   EXPECT_NE(r.dump().find("nonexistent-rootfs"), std::string::npos) << r.dump();
 }
 
+// The CPU weight file of the cgroup host process pid is in (v2 cpu.weight,
+// v1 cpu.shares), with the values of kWarmingCpuWeight and of the default.
+struct WeightFile {
+  std::string path, lowest, default_value;
+};
+std::optional<WeightFile> cpu_weight_file_of(pid_t pid) {
+  // "ID:CONTROLLERS:PATH" lines of /proc/PID/cgroup: PATH of the v2 line
+  // ("0::"), or of the v1 line whose controllers include cpu.
+  auto path_in = [](pid_t p, bool v2) -> std::optional<std::string> {
+    std::istringstream lines(slurp("/proc/" + (p ? std::to_string(p) : std::string("self")) + "/cgroup"));
+    for (std::string line; std::getline(lines, line);) {
+      const size_t a = line.find(':'), b = line.find(':', a + 1);
+      if (a == std::string::npos || b == std::string::npos) continue;
+      const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+      if (v2 ? line.starts_with("0::") : controllers.find(",cpu,") != std::string::npos) return line.substr(b + 1);
+    }
+    return std::nullopt;
+  };
+  const CgroupHost& host = launcher().cgroup_host();
+  if (auto path = path_in(pid, true); path && host.v2_mount) {
+    const std::string file = *host.v2_mount + *path + "/cpu.weight";
+    if (::access(file.c_str(), F_OK) == 0) return WeightFile{file, "1", "100"};
+  }
+  auto self_dir = host.v1_self_dirs.find("cpu");
+  auto path = path_in(pid, false);
+  auto own = path_in(0, false);
+  if (self_dir == host.v1_self_dirs.end() || !path || !own) return std::nullopt;
+  // The hierarchy's mount point: this process's cgroup directory less its path.
+  const std::string root =
+      *own == "/" ? self_dir->second : self_dir->second.substr(0, self_dir->second.size() - own->size());
+  const std::string file = root + *path + "/cpu.shares";
+  if (::access(file.c_str(), F_OK) != 0) return std::nullopt;
+  return WeightFile{file, "10", "1024"};  // weight 1 of v2's 100 is 10 of v1's 1024 shares
+}
+
+std::string first_line_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// A tenant whose warm Python sandboxes start up only when the test lets
+// them (a file /site/go appears); those that waited for it then end before
+// they are ready if /site/die is there too. One that waits says so in its
+// /tmp.
+std::string gated_profile(const TempDir& dir) {
+  dir.write("sitecustomize.py",
+            "import os, time\n"
+            "if not os.path.exists('/site/go'):\n"
+            "    open('/tmp/gated', 'w').close()\n"
+            "    for _ in range(1200):\n"
+            "        if os.path.exists('/site/go'): break\n"
+            "        time.sleep(0.05)\n"
+            "    if os.path.exists('/site/die'): os._exit(3)\n");
+  return dir.write("gated.yaml",
+                   "name: gated\nextends: default\nenv: {PYTHONPATH: /site}\n"
+                   "filesystem:\n  mounts:\n    - {source: " +
+                       dir.path() + ", target: /site}\n");
+}
+
+// The runner of the node's one warm Python sandbox, once it waits at the
+// gate (0 when it never did).
+pid_t gated_runner(const NodeProcess& node) {
+  for (int i = 0; i < 3000; ++i) {
+    const std::vector<pid_t> runners = descendants_with_cmdline(node.pid(), "/opt/nsbox/runner.py");
+    if (runners.size() == 1 && ::access(("/proc/" + std::to_string(runners[0]) + "/root/tmp/gated").c_str(), F_OK) == 0)
+      return runners[0];
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << "no warm Python sandbox waited at the gate\n" << node.log();
+  return 0;
+}
+
+// A request that finds no warm sandbox ready but one starting waits for it
+// rather than start an interpreter beside it (under load two starts per
+// answer would take the CPUs), and the rest of that start-up runs at the
+// default CPU weight, no longer at the refills' lowest.
+TEST(PoolWait, AMissWaitsForASandboxStillStartingAndRaisesItsWeight) {
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + gated_profile(dir) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const pid_t runner = gated_runner(node);
+  ASSERT_GT(runner, 0);
+  const auto weight = cpu_weight_file_of(runner);
+  ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares for the warm sandbox's runner";
+  EXPECT_EQ(first_line_of(weight->path), weight->lowest) << "a refill starts at the lowest weight";
+
+  json r;
+  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
+  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+  std::string now;
+  for (int i = 0; i < 500 && (now = first_line_of(weight->path)) != weight->default_value; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(now, weight->default_value) << "a start-up a request waits for keeps the lowest weight";
+  dir.write("go", "");
+  request.join();
+  EXPECT_EQ(r["return"], 42) << r.dump();
+  EXPECT_EQ(r["pool"], "warm") << r.dump();
+  EXPECT_EQ(metric(node, "nsbox_pool_misses_total"), 0) << "it started a cold sandbox instead";
+  EXPECT_EQ(metric(node, "nsbox_pool_hits_total"), 0);
+}
+
+// The sandbox a request waits for ends before it is ready: the request is
+// answered all the same, from a sandbox started for it.
+TEST(PoolWait, ARequestWhoseStartingSandboxFailsIsRunCold) {
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + gated_profile(dir) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_GT(gated_runner(node), 0);
+  json r;
+  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
+  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+  dir.write("die", "");
+  dir.write("go", "");
+  request.join();
+  EXPECT_EQ(r["return"], 42) << r.dump();
+  EXPECT_EQ(r["pool"], "cold") << r.dump();
+}
+
 class PoolLeaks : public ::testing::TestWithParam<bool> {};
 INSTANTIATE_TEST_SUITE_P(Kinds, PoolLeaks, ::testing::Bool(), kind_name);
 
@@ -246,8 +371,8 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   EXPECT_EQ(failures, 0);
   // With a fork server, a request that finds no warm sandbox is forked too
   // (a miss, but served by the fork server): those count as well.
-  const double pooled =
-      metric(node, "nsbox_pool_hits_total") + (GetParam() ? metric(node, "nsbox_pool_misses_total") : 0);
+  const double pooled = metric(node, "nsbox_pool_hits_total") + metric(node, "nsbox_pool_waits_total") +
+                        (GetParam() ? metric(node, "nsbox_pool_misses_total") : 0);
   EXPECT_GT(pooled, runs / 8) << "the pool was hardly used";
   const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
   EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);

@@ -358,12 +358,13 @@ TEST(Metrics, RendersPrometheusText) {
   m.rejected("overload");
   m.egress_finished("acme", {{"allowed", 2}, {"denied", 1}, {"failed", 0}, {"bytes_sent", 10}, {"bytes_received", 99}});
   m.egress_finished("acme", nullptr);  // a run without egress
-  std::string text =
-      m.render({.running = 1,
-                .queued = 2,
-                .max_running = 4,
-                .max_queued = 8,
-                .pool = {.idle = 3, .hits = 7, .misses = 1, .refills = 4, .refill_ms_total = 1500, .fork_servers = 2}});
+  std::string text = m.render(
+      {.running = 1,
+       .queued = 2,
+       .max_running = 4,
+       .max_queued = 8,
+       .pool = {
+           .idle = 3, .hits = 7, .waits = 5, .misses = 1, .refills = 4, .refill_ms_total = 1500, .fork_servers = 2}});
   EXPECT_NE(text.find("nsbox_runs_total{tenant=\"acme\",language=\"python\",status=\"ok\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_runs_total{tenant=\"b\\\"x\",language=\"javascript\",status=\"oom\"} 1\n"),
             std::string::npos);
@@ -380,6 +381,7 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(text.find("nsbox_egress_bytes_total{tenant=\"acme\",direction=\"received\"} 99\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_pool_idle 3\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_pool_hits_total 7\n"), std::string::npos);
+  EXPECT_NE(text.find("nsbox_pool_waits_total 5\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_pool_misses_total 1\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_pool_refill_seconds_total 1.5\n"), std::string::npos);
   EXPECT_NE(text.find("nsbox_pool_fork_servers 2\n"), std::string::npos);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "nsbox/fd_passing.h"
 #include "nsbox/pool.h"
 #include "nsbox/unique_fd.h"
 
@@ -113,6 +114,73 @@ TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
   EXPECT_EQ(started.size(), 2u) << "the replacements did not start once the delay was over";
   children_.insert(children_.end(), started.begin(), started.end());
   pool.retire_all();
+}
+
+// What a worker wrote on a job socket (our end of it) until it closed,
+// waiting at most 10 s.
+std::string answer_on(int fd) {
+  std::string out;
+  char buf[64];
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, 10000) > 0) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// A take goes to a ready sandbox first; with none ready, to one still
+// starting, whose worker finds the job queued once it is ready (the pool no
+// longer listens to it); only with neither is it a miss.
+TEST_F(WarmPoolTest, ATakeWithNoneReadyGoesToOneStillStarting) {
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  UniqueFd go_read(go[0]), go_write(go[1]);
+  // Starts up when the test writes a byte on go (each byte lets one go).
+  auto gated_worker = [&](const PoolEntry&, int ctl, int) {
+    go_write.reset();  // a failed test's end closes it: never stuck here
+    char c;
+    if (::read(go_read.get(), &c, 1) != 1) ::_exit(1);
+    PoolReady ready;
+    // Fails when the pool has given this one a job while it started.
+    (void)::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
+    char tag = 0;
+    UniqueFd job(receive_fd(ctl, &tag));
+    if (!job || tag != 'J') ::_exit(0);  // retired
+    (void)::write(job.get(), "served", 6);
+    ::_exit(0);
+  };
+  PoolStats stats;
+  WarmPool pool(&stats, gated_worker, {}, milliseconds(0));
+  pool.configure({entry(2)}, 0);
+  pool.refill(children_);
+  ASSERT_EQ(children_.size(), 2u);
+  ASSERT_EQ(::write(go_write.get(), "g", 1), 1);
+  wait_until_idle(pool, stats, 1);
+  EXPECT_EQ(stats.starting.load(), 1u);
+
+  UniqueFd ours[3], theirs[3];
+  for (int i = 0; i < 3; ++i) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    ours[i].reset(sv[0]);
+    theirs[i].reset(sv[1]);
+  }
+  ASSERT_TRUE(pool.take("key", theirs[0].get()));
+  EXPECT_EQ(stats.hits.load(), 1u) << "the ready one goes first";
+  ASSERT_TRUE(pool.take("key", theirs[1].get()));
+  EXPECT_EQ(stats.waits.load(), 1u) << "with none ready, the request waits for the one starting";
+  EXPECT_EQ(stats.starting.load(), 0u) << "a sandbox given to a request is no longer the pool's";
+  EXPECT_FALSE(pool.take("key", theirs[2].get()));
+  EXPECT_EQ(stats.misses.load(), 1u);
+  for (auto& fd : theirs) fd.reset();
+
+  EXPECT_EQ(answer_on(ours[0].get()), "served");
+  ASSERT_EQ(::write(go_write.get(), "g", 1), 1);  // the second one is ready now
+  EXPECT_EQ(answer_on(ours[1].get()), "served") << "the job given while it started was lost";
+  EXPECT_EQ(answer_on(ours[2].get()), "") << "a miss is the caller's to run";
+  go_write.reset();
 }
 
 // A fork server is asked for no fork before it serves: while its zygote
