@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -220,29 +221,36 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
     return result;
   }
   ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
-  return job_result(job, profile, spec, std::move(outcome), clamp_warning);
+  JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
+  result["pool"] = "cold";
+  return result;
+}
+
+// Answers on job_fd with what run gives, or why its sandbox could not be
+// started, and closes job_fd. The server reads the answer to end of file:
+// it is complete before the teardown of a run that run forked (left in
+// forked_run), which waits for the run's whole pid namespace.
+void answer(UniqueFd job_fd, const std::function<JobResult(std::unique_ptr<PreparedRun>& forked_run)>& run) {
+  std::unique_ptr<PreparedRun> forked_run;
+  JobResult result;
+  try {
+    result = run(forked_run);
+  } catch (const std::exception& e) {
+    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
+  } catch (...) {
+    result = failure_result("The sandbox could not be started: unknown error");
+  }
+  send_result(job_fd.get(), result);
+  job_fd.reset();
 }
 
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
 [[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd, int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
-  json result;
-  {
-    std::unique_ptr<PreparedRun> forked_run;
-    try {
-      result = run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run);
-      if (!result.contains("pool")) result["pool"] = "cold";
-    } catch (const std::exception& e) {
-      result = failure_result(std::string("The sandbox could not be started: ") + e.what());
-    } catch (...) {
-      result = failure_result("The sandbox could not be started: unknown error");
-    }
-    // The server reads the answer to end of file: it is complete before a
-    // forked run's teardown, which waits for its pid namespace.
-    send_result(job_fd, result);
-    ::close(job_fd);
-  }
+  answer(UniqueFd(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
+    return run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run);
+  });
   ::_exit(0);
 }
 
@@ -304,31 +312,70 @@ int wait_for_job(int ctl, int sandbox_pidfd) {
   }
 }
 
-// Runs job_fd's job in a sandbox started for it, and answers.
-void answer_cold(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd) {
-  json result;
-  try {
-    result = run_job(launcher, decode_job(read_job(job_fd)), job_fd, -1, &profiles);
-    result["pool"] = "cold";
-  } catch (const std::exception& e) {
-    result = failure_result(std::string("The sandbox could not be started: ") + e.what());
-  } catch (...) {
-    result = failure_result("The sandbox could not be started: unknown error");
-  }
-  send_result(job_fd, result);
+// Whether a job is of entry's key: only then may entry's warm sandbox run
+// it, or entry's fork server fork it.
+bool of_key(const Job& job, const PoolEntry& entry) {
+  return job.profile_yaml == entry.profile_yaml && job.request.exec.language == entry.language;
 }
 
 // A pool worker whose sandbox failed or ended before serving: a job the
 // pool gave it meanwhile still gets an answer, from a sandbox of its own,
-// as a miss would have.
-void answer_queued_job_cold(const Launcher& launcher, const ParsedProfiles& profiles, int ctl) {
+// as a miss would: forked by fork_server (-1: none), else started cold.
+void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
+                       int fork_server) {
   // From now on the pool's sends fail (it then tries another sandbox):
   // none can arrive after the last look and be dropped at exit.
   ::shutdown(ctl, SHUT_RD);
   if (peek_control(ctl) != Queued::kJobQueued) return;
   char tag = 0;
   UniqueFd job_fd(receive_fd(ctl, &tag));
-  if (job_fd && tag == kJob) answer_cold(launcher, profiles, job_fd.get());
+  if (!job_fd || tag != kJob) return;
+  const int fd = job_fd.get();
+  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
+    const Job job = decode_job(read_job(fd));
+    return run_job_leaving(launcher, job, fd, of_key(job, entry) ? fork_server : -1, &profiles, forked_run);
+  });
+}
+
+// Whether fd has an event now: a pidfd's process ended, or the keeper's
+// control socket was closed by the pool (which never writes on it).
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// The pool sees only that a warm sandbox is gone: the node's log says why.
+void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) {
+  const bool started = prepared.pidfd() >= 0;
+  if (started && !readable_now(prepared.pidfd())) return;  // retired, not ended
+  const Result r = prepared.finish(std::nullopt, std::chrono::milliseconds(1));
+  const std::string why = !r.error.empty() ? r.error
+                          : r.signal       ? "killed by signal " + std::to_string(*r.signal)
+                                           : "exit code " + std::to_string(r.exit_code);
+  spdlog::warn("a warm {} sandbox of profile {} {}: {} {}", to_string(entry.language), entry.profile_name,
+               started ? "ended before it served a run" : "could not be started", why, r.stderr_data.substr(0, 2000));
+}
+
+// Starts entry's sandbox, says on ctl when it is ready, and returns the job
+// the pool then gives it (or gave it while it started). No job when the
+// pool retired it, or when it failed or ended first.
+UniqueFd start_and_wait_for_job(std::unique_ptr<PreparedRun>& prepared, const Launcher& launcher, const RunSpec& spec,
+                                const PoolEntry& entry, int ctl, int fork_server) {
+  prepared = fork_server >= 0 ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
+                              : launcher.prepare(spec, kWarmingCpuWeight);
+  if (!wait_until_ready(*prepared, ctl)) return UniqueFd();  // retired while it started
+  UniqueFd job_fd;
+  if (prepared->pidfd() >= 0) {
+    PoolReady ready;
+    const int64_t memory = prepared->memory_bytes();
+    ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
+    // Fails when the pool has closed its end: it gave this sandbox a job
+    // while it started (queued, received below), or retired it.
+    ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
+    job_fd.reset(wait_for_job(ctl, prepared->pidfd()));
+  }
+  if (!job_fd) log_why_it_ended(*prepared, entry);
+  return job_fd;
 }
 
 // A pool worker: starts a sandbox for entry ahead of any request, says so on
@@ -336,57 +383,45 @@ void answer_queued_job_cold(const Launcher& launcher, const ParsedProfiles& prof
 // or the sandbox dying ends it. Either way the sandbox is torn down before
 // the worker exits.
 void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
-                      int fork_server) {
+                      int fork_server_fd) {
   ::prctl(PR_SET_NAME, "nsbox-warm", 0, 0, 0);
+  // Kept to the end: a job given to this sandbox while it was being forked
+  // is forked again by it if this one fails.
+  const UniqueFd fork_server(fork_server_fd);
+  std::shared_ptr<const Profile> profile;
+  RunSpec spec;
+  std::unique_ptr<PreparedRun> prepared;
   UniqueFd job_fd;
   try {
-    const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
-    const Profile& profile = *parsed;
-    RunSpec spec = exec_spec(job_spec(profile), entry.language);
-    std::unique_ptr<PreparedRun> prepared = fork_server >= 0
-                                                ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
-                                                : launcher.prepare(spec, kWarmingCpuWeight);
-    if (fork_server >= 0) ::close(fork_server);
-    if (!wait_until_ready(*prepared, ctl)) return;
-    if (prepared->pidfd() >= 0) {
-      PoolReady ready;
-      const int64_t memory = prepared->memory_bytes();
-      ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
-      // Fails when the pool has closed its end: it gave this sandbox a job
-      // while it started (queued, received below), or retired it.
-      ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
-      job_fd.reset(wait_for_job(ctl, prepared->pidfd()));
-    }
-    if (!job_fd) {
-      prepared.reset();
-      answer_queued_job_cold(launcher, profiles, ctl);
-      return;
-    }
-    const Job job = decode_job(read_job(job_fd.get()));
-    json result;
-    if (job.profile_yaml != entry.profile_yaml || job.request.exec.language != entry.language) {
+    profile = profiles.get(entry.profile_name, entry.profile_yaml);
+    spec = exec_spec(job_spec(*profile), entry.language);
+    job_fd = start_and_wait_for_job(prepared, launcher, spec, entry, ctl, fork_server.get());
+  } catch (const std::exception& e) {
+    spdlog::warn("a warm {} sandbox of profile {} could not be started: {}", to_string(entry.language),
+                 entry.profile_name, e.what());
+  }
+  if (!job_fd) {
+    prepared.reset();
+    answer_queued_job(launcher, profiles, entry, ctl, fork_server.get());
+    return;
+  }
+  const int fd = job_fd.get();
+  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
+    const Job job = decode_job(read_job(fd));
+    if (!of_key(job, entry)) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      result = run_job(launcher, job, job_fd.get(), -1, &profiles);
-      result["pool"] = "cold";
-    } else {
-      std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
-      ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, job_fd.get());
-      result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
-      result["pool"] = "warm";
+      return run_job_leaving(launcher, job, fd, -1, &profiles, forked_run);
     }
-    // Every process of the run is gone; reaping PID 1 (which takes the
-    // namespaces with it) and removing the cgroup and the workspace need
-    // not delay the answer.
-    send_result(job_fd.get(), result);
-    job_fd.reset();
-    return;
-  } catch (const std::exception& e) {
-    if (job_fd) send_result(job_fd.get(), failure_result(std::string("The sandbox could not be started: ") + e.what()));
-  } catch (...) {
-    if (job_fd) send_result(job_fd.get(), failure_result("The sandbox could not be started: unknown error"));
-  }
-  if (!job_fd) answer_queued_job_cold(launcher, profiles, ctl);  // it failed before a job came
+    std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
+    ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, fd);
+    JobResult result = job_result(job, *profile, spec, std::move(outcome), clamp_warning);
+    result["pool"] = "warm";
+    return result;
+  });
+  // Every process of the run is gone; reaping PID 1 (which takes the
+  // namespaces with it) and removing the cgroup and the workspace need not
+  // delay the answer: prepared goes now.
 }
 
 // The pids of pid's children (/proc/PID/task/PID/children).
@@ -406,13 +441,6 @@ void log_what_it_wrote(PreparedRun& zygote, const std::string& profile_name) {
       if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) c = '?';  // no terminal escapes
     spdlog::warn("fork server of profile {}: {}", profile_name, printable);
   });
-}
-
-// Whether fd has an event now: a pidfd's process ended, or the keeper's
-// control socket was closed by the pool (which never writes on it).
-bool readable_now(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
 }
 
 // Until the zygote waits for its first request (its start-up is done), at

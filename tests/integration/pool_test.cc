@@ -333,6 +333,39 @@ TEST(PoolWait, ARequestWhoseStartingSandboxFailsIsRunCold) {
   request.join();
   EXPECT_EQ(r["return"], 42) << r.dump();
   EXPECT_EQ(r["pool"], "cold") << r.dump();
+  // The pool sees only that the sandbox is gone: the node's log says why.
+  const std::string why = "a warm python sandbox of profile gated ended before it served a run: exit code 3";
+  for (int i = 0; i < 200 && node.log().find(why) == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(node.log().find(why), std::string::npos) << node.log();
+}
+
+// The same with a fork server: a request given a sandbox still being forked
+// is, if that one fails, forked again by the fork server (as a miss would
+// be), not started cold. The zygote, stopped, makes the fork fail by its
+// step timeout; it goes on once the request's own fork waits for it.
+TEST(PoolWait, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  ASSERT_EQ(::kill(zygotes[0], SIGSTOP), 0);
+  // Takes the ready one: its refill's fork now waits for the stopped zygote.
+  json first = run_v1(node, "def main(args):\n    return 1");
+  EXPECT_EQ(first["pool"], "warm") << first.dump();
+  json r;
+  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
+  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+  const std::string failed = "a warm python sandbox of profile forked could not be started";
+  for (int i = 0; i < 6000 && node.log().find(failed) == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_NE(node.log().find(failed), std::string::npos) << node.log();
+  ::kill(zygotes[0], SIGCONT);
+  request.join();
+  EXPECT_EQ(r["return"], 42) << r.dump();
+  EXPECT_EQ(r["pool"], "forked") << r.dump();
+  EXPECT_EQ(fork_servers_of(node.pid()), zygotes) << "the fork server did not survive the failed fork";
 }
 
 class PoolLeaks : public ::testing::TestWithParam<bool> {};
