@@ -673,9 +673,10 @@ bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chro
 
 }  // namespace
 
-bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout, int abort_fd) const {
-  // Checked often: a warm sandbox is offered as soon as it is ready.
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, abort_fd, 2);
+bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout, std::chrono::milliseconds check_every,
+                                 int abort_fd) const {
+  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, abort_fd,
+                                              static_cast<int>(check_every.count()));
 }
 
 bool PreparedRun::restore_cpu_weight() {

@@ -274,6 +274,7 @@ Queued peek_control(int ctl) {
 // gives this sandbox meanwhile (none was ready) raises its CPU weight to
 // the default: a request now waits for it. False when the pool retired it.
 bool wait_until_ready(PreparedRun& prepared, int ctl) {
+  constexpr std::chrono::milliseconds kHurriedCheck{2}, kRefillCheck{20};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   bool hurried = false;
   while (prepared.pidfd() >= 0) {
@@ -287,7 +288,10 @@ bool wait_until_ready(PreparedRun& prepared, int ctl) {
     }
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || prepared.wait_for_input(left, hurried ? -1 : ctl)) return true;
+    // A request waiting for it is answered as soon as it is ready; a refill
+    // is looked at less often, since each look interrupts a start-up.
+    if (left.count() <= 0 || prepared.wait_for_input(left, hurried ? kHurriedCheck : kRefillCheck, hurried ? -1 : ctl))
+      return true;
     // It ended, or is slow; else the control socket woke it.
     if (hurried || peek_control(ctl) == Queued::kNothing) return true;
   }

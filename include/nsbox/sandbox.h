@@ -64,9 +64,12 @@ class PreparedRun {
   int pidfd() const;
   pid_t pid() const;  // PID 1's, as this process sees it, or -1
   // Waits until the workload blocks reading its stdin (its start-up is
-  // done), up to timeout or until abort_fd (if not -1) is readable; false
-  // when it did not (it ended, is slower, or was aborted).
-  bool wait_for_input(std::chrono::milliseconds timeout, int abort_fd = -1) const;
+  // done), looking every check_every, up to timeout or until abort_fd (if
+  // not -1) is readable; false when it did not (it ended, is slower, or was
+  // aborted). Each look wakes this process, which takes a CPU from the
+  // start-up it waits for.
+  bool wait_for_input(std::chrono::milliseconds timeout, std::chrono::milliseconds check_every,
+                      int abort_fd = -1) const;
   // A request waits for this sandbox: the rest of its start-up runs at the
   // default CPU weight instead of prepare's start_cpu_weight. False when
   // the weight could not be raised (finish() tries again).
