@@ -369,7 +369,10 @@ UniqueFd start_and_wait_for_job(std::unique_ptr<PreparedRun>& prepared, const La
                               : launcher.prepare(spec, kWarmingCpuWeight);
   if (!wait_until_ready(*prepared, ctl)) return UniqueFd();  // retired while it started
   UniqueFd job_fd;
-  if (prepared->pidfd() >= 0) {
+  // Not offered when it ended in its start-up: counted as ready, it would
+  // be replaced at once, and a runner that always dies so would be started
+  // again and again instead of after the pool's back-off.
+  if (prepared->pidfd() >= 0 && !readable_now(prepared->pidfd())) {
     PoolReady ready;
     const int64_t memory = prepared->memory_bytes();
     ready.memory_bytes = memory > 0 ? static_cast<uint64_t>(memory) : 0;
@@ -403,6 +406,9 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
   } catch (const std::exception& e) {
     spdlog::warn("a warm {} sandbox of profile {} could not be started: {}", to_string(entry.language),
                  entry.profile_name, e.what());
+  } catch (...) {
+    spdlog::warn("a warm {} sandbox of profile {} could not be started: unknown error", to_string(entry.language),
+                 entry.profile_name);
   }
   if (!job_fd) {
     prepared.reset();
