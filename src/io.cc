@@ -1,5 +1,6 @@
 #include "nsbox/io.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,6 +28,11 @@ void OutputCapture::on_readable() {
   const size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
   data_.append(buf, keep);
   if (keep < static_cast<size_t>(n)) truncated_ = true;
+}
+
+bool readable_now(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 size_t read_full(int fd, void* buf, size_t size) {

@@ -708,8 +708,7 @@ void PreparedRun::drain_output(const std::function<void(std::string_view)>& line
   constexpr size_t kLongestLine = 4096;
   for (auto* capture : {&state_->out, &state_->err}) {
     if (!*capture || !(*capture)->open()) continue;
-    pollfd p{(*capture)->fd(), POLLIN, 0};
-    if (::poll(&p, 1, 0) > 0) (*capture)->on_readable();
+    if (readable_now((*capture)->fd())) (*capture)->on_readable();
   }
   if (state_->out) state_->out->data().clear();
   if (!state_->err) return;
@@ -906,6 +905,7 @@ namespace {
 constexpr int kForkStepTimeoutMs = 10000;
 
 // Whether the process of pidfd is still alive (its pid still names it).
+// Not !readable_now: a poll that fails counts as dead here (fail closed).
 bool alive(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
@@ -942,9 +942,8 @@ void send_with_fds(int sock, const std::string& text, const int* fds, size_t cou
 
 // The setup failure a forked run's child reported, if any.
 std::optional<ChildFailure> reported_failure(int error_fd) {
-  pollfd p{error_fd, POLLIN, 0};
   ChildFailure failure{};
-  if (::poll(&p, 1, 0) > 0 && read_full(error_fd, &failure, sizeof failure) == sizeof failure) return failure;
+  if (readable_now(error_fd) && read_full(error_fd, &failure, sizeof failure) == sizeof failure) return failure;
   return std::nullopt;
 }
 

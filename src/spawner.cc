@@ -341,18 +341,13 @@ void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles,
   });
 }
 
-// Whether fd has an event now: a pidfd's process ended, or the keeper's
-// control socket was closed by the pool (which never writes on it).
-bool readable_now(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
-}
-
 // The pool sees only that a warm sandbox is gone: the node's log says why.
 void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) {
   const bool started = prepared.pidfd() >= 0;
   if (started && !readable_now(prepared.pidfd())) return;  // retired, not ended
-  const Result r = prepared.finish(std::nullopt, std::chrono::milliseconds(1));
+  // It has ended: finish() only collects how. A shorter bound could pass
+  // before it has read PID 1's report, and say "killed" instead.
+  const Result r = prepared.finish(std::nullopt, std::chrono::seconds(2));
   const std::string why = !r.error.empty() ? r.error
                           : r.signal       ? "killed by signal " + std::to_string(*r.signal)
                                            : "exit code " + std::to_string(r.exit_code);

@@ -31,6 +31,10 @@ class OutputCapture {
   bool truncated_ = false;
 };
 
+// Whether fd has an event now, without waiting: data or end of file to
+// read, a pidfd whose process ended.
+bool readable_now(int fd);
+
 // Reads exactly size bytes unless EOF comes first; returns the count read.
 size_t read_full(int fd, void* buf, size_t size);
 
