@@ -25,6 +25,11 @@ struct FdMessage {
   FdMessage& operator=(const FdMessage&) = delete;
 };
 
+// A peer that closed its end with a message of ours unread makes our next
+// receive fail once with ECONNRESET, even though what it sent before
+// closing is still queued: look again, for that or for end of file.
+bool retry_receive(int err) { return err == EINTR || err == ECONNRESET; }
+
 }  // namespace
 
 int send_fd(int sock, int fd, char tag) noexcept {
@@ -45,7 +50,7 @@ int receive_fd(int sock, char* tag) noexcept {
   FdMessage m;
   ssize_t n;
   do n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  while (n < 0 && retry_receive(errno));
   if (n == 0) errno = 0;  // EOF, as opposed to an error
   if (n <= 0) return -1;
   *tag = m.tag;
@@ -54,6 +59,17 @@ int receive_fd(int sock, char* tag) noexcept {
   int fd;
   std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
   return fd;
+}
+
+Pending pending_message(int sock) noexcept {
+  for (;;) {
+    char tag = 0;
+    const ssize_t n = ::recv(sock, &tag, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return Pending::kMessage;
+    if (n == 0) return Pending::kClosed;
+    if (retry_receive(errno)) continue;
+    return errno == EAGAIN ? Pending::kNothing : Pending::kClosed;
+  }
 }
 
 }  // namespace nsbox

@@ -12,4 +12,10 @@ int send_fd(int sock, int fd, char tag) noexcept;
 // EOF (errno 0) or on error (errno set), -2 when the message carried no fd.
 int receive_fd(int sock, char* tag) noexcept;
 
+// What waits on sock, looked at without taking it or waiting: a message,
+// nothing yet, or end of file (the peer closed, and every message it sent
+// has been taken). An error counts as closed.
+enum class Pending { kNothing, kMessage, kClosed };
+Pending pending_message(int sock) noexcept;
+
 }  // namespace nsbox
