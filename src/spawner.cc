@@ -200,6 +200,20 @@ void send_result(int job_fd, const json& result) {
   }
 }
 
+// The run fork_server forks for exec; null when the fork failed before any
+// code of the run was sent (the fork server ended, or did not answer in
+// time). The run is then started cold, as runs are while no fork server
+// serves the key: a slower answer, never a weaker sandbox.
+std::unique_ptr<PreparedRun> fork_run(const Launcher& launcher, const RunSpec& exec, int fork_server,
+                                      const std::string& profile_name) {
+  std::unique_ptr<PreparedRun> run = launcher.prepare_forked(exec, fork_server);
+  if (run->pidfd() >= 0) return run;
+  const Result failed = run->finish(std::nullopt, std::chrono::milliseconds(0));  // returns why at once
+  spdlog::warn("fork server of profile {} could not fork a run, which is started cold instead: {}", profile_name,
+               failed.error);
+  return nullptr;
+}
+
 // run_job, but a run forked at the request is left in forked_run: its
 // teardown waits for the run's whole pid namespace to end, so a worker
 // answers first and lets it go after.
@@ -213,12 +227,14 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
   if (fork_server >= 0 && forks(profile, job.request.exec.language)) {
     // No warm sandbox was ready: the fork server forks one now, which is
     // still far cheaper than starting an interpreter.
-    RunSpec exec = exec_spec(spec, job.request.exec.language);
-    forked_run = launcher.prepare_forked(exec, fork_server);
-    ExecOutcome outcome = finish_exec(*forked_run, exec, job.request.exec, cancel_fd);
-    JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
-    result["pool"] = "forked";
-    return result;
+    const RunSpec exec = exec_spec(spec, job.request.exec.language);
+    forked_run = fork_run(launcher, exec, fork_server, profile.name);
+    if (forked_run) {
+      ExecOutcome outcome = finish_exec(*forked_run, exec, job.request.exec, cancel_fd);
+      JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
+      result["pool"] = "forked";
+      return result;
+    }
   }
   ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
   JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
@@ -259,14 +275,15 @@ void answer(UniqueFd job_fd, const std::function<JobResult(std::unique_ptr<Prepa
 enum class Queued { kNothing, kJobQueued, kRetired };
 
 Queued peek_control(int ctl) {
-  for (;;) {
-    char tag = 0;
-    const ssize_t n = ::recv(ctl, &tag, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0) return Queued::kJobQueued;
-    if (n == 0) return Queued::kRetired;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN ? Queued::kNothing : Queued::kRetired;
+  switch (pending_message(ctl)) {
+    case Pending::kMessage:
+      return Queued::kJobQueued;
+    case Pending::kNothing:
+      return Queued::kNothing;
+    case Pending::kClosed:
+      break;
   }
+  return Queued::kRetired;
 }
 
 // Waits for the runner's start-up, at most 10 s (one that takes longer is
@@ -322,14 +339,17 @@ bool of_key(const Job& job, const PoolEntry& entry) {
   return job.profile_yaml == entry.profile_yaml && job.request.exec.language == entry.language;
 }
 
+// A worker that will not serve: from now on the pool's sends to it fail
+// (the pool then tries another sandbox), so no job waits on it, and none
+// can arrive after its last look and be dropped at exit.
+void stop_taking_jobs(int ctl) { ::shutdown(ctl, SHUT_RD); }
+
 // A pool worker whose sandbox failed or ended before serving: a job the
 // pool gave it meanwhile still gets an answer, from a sandbox of its own,
 // as a miss would: forked by fork_server (-1: none), else started cold.
 void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
                        int fork_server) {
-  // From now on the pool's sends fail (it then tries another sandbox):
-  // none can arrive after the last look and be dropped at exit.
-  ::shutdown(ctl, SHUT_RD);
+  stop_taking_jobs(ctl);  // if not yet: no job may arrive after this look
   if (peek_control(ctl) != Queued::kJobQueued) return;
   char tag = 0;
   UniqueFd job_fd(receive_fd(ctl, &tag));
@@ -341,25 +361,39 @@ void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles,
   });
 }
 
+// What the node's log shows of text: no terminal escapes, one line.
+std::string printable(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) c = '?';
+  return out;
+}
+
 // The pool sees only that a warm sandbox is gone: the node's log says why.
-void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) {
-  const bool started = prepared.pidfd() >= 0;
-  if (started && !readable_now(prepared.pidfd())) return;  // retired, not ended
-  // It has ended: finish() only collects how. A shorter bound could pass
-  // before it has read PID 1's report, and say "killed" instead.
-  const Result r = prepared.finish(std::nullopt, std::chrono::seconds(2));
-  const std::string why = !r.error.empty() ? r.error
-                          : r.signal       ? "killed by signal " + std::to_string(*r.signal)
-                                           : "exit code " + std::to_string(r.exit_code);
-  spdlog::warn("a warm {} sandbox of profile {} {}: {} {}", to_string(entry.language), entry.profile_name,
-               started ? "ended before it served a run" : "could not be started", why, r.stderr_data.substr(0, 2000));
+// Nothing it throws may unwind out of the worker.
+void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) noexcept {
+  try {
+    const bool started = prepared.pidfd() >= 0;
+    if (started && !readable_now(prepared.pidfd())) return;  // retired, not ended
+    // It has ended: finish() only collects how. A shorter bound could pass
+    // before it has read PID 1's report, and say "killed" instead.
+    const Result r = prepared.finish(std::nullopt, std::chrono::seconds(2));
+    const std::string why = !r.error.empty() ? r.error
+                            : r.signal       ? "killed by signal " + std::to_string(*r.signal)
+                                             : "exit code " + std::to_string(r.exit_code);
+    spdlog::warn("a warm {} sandbox of profile {} {}: {} {}", to_string(entry.language), entry.profile_name,
+                 started ? "ended before it served a run" : "could not be started", why,
+                 printable(std::string_view(r.stderr_data).substr(0, 2000)));
+  } catch (...) {
+    // The log line is lost; the sandbox is still torn down.
+  }
 }
 
 // Starts entry's sandbox, says on ctl when it is ready, and returns the job
 // the pool then gives it (or gave it while it started). No job when the
 // pool retired it, or when it failed or ended first.
 UniqueFd start_and_wait_for_job(std::unique_ptr<PreparedRun>& prepared, const Launcher& launcher, const RunSpec& spec,
-                                const PoolEntry& entry, int ctl, int fork_server) {
+                                int ctl, int fork_server) {
   prepared = fork_server >= 0 ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
                               : launcher.prepare(spec, kWarmingCpuWeight);
   if (!wait_until_ready(*prepared, ctl)) return UniqueFd();  // retired while it started
@@ -376,7 +410,6 @@ UniqueFd start_and_wait_for_job(std::unique_ptr<PreparedRun>& prepared, const La
     ::send(ctl, &ready, sizeof ready, MSG_NOSIGNAL);
     job_fd.reset(wait_for_job(ctl, prepared->pidfd()));
   }
-  if (!job_fd) log_why_it_ended(*prepared, entry);
   return job_fd;
 }
 
@@ -397,15 +430,17 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
   try {
     profile = profiles.get(entry.profile_name, entry.profile_yaml);
     spec = exec_spec(job_spec(*profile), entry.language);
-    job_fd = start_and_wait_for_job(prepared, launcher, spec, entry, ctl, fork_server.get());
+    job_fd = start_and_wait_for_job(prepared, launcher, spec, ctl, fork_server.get());
   } catch (const std::exception& e) {
-    spdlog::warn("a warm {} sandbox of profile {} could not be started: {}", to_string(entry.language),
-                 entry.profile_name, e.what());
+    spdlog::warn("a warm {} sandbox of profile {} {}: {}", to_string(entry.language), entry.profile_name,
+                 prepared ? "failed" : "could not be started", e.what());
   } catch (...) {
-    spdlog::warn("a warm {} sandbox of profile {} could not be started: unknown error", to_string(entry.language),
-                 entry.profile_name);
+    spdlog::warn("a warm {} sandbox of profile {} {}: unknown error", to_string(entry.language), entry.profile_name,
+                 prepared ? "failed" : "could not be started");
   }
   if (!job_fd) {
+    stop_taking_jobs(ctl);  // first: the log and the teardown take time
+    if (prepared) log_why_it_ended(*prepared, entry);
     prepared.reset();
     answer_queued_job(launcher, profiles, entry, ctl, fork_server.get());
     return;
@@ -440,12 +475,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 // What a zygote writes (its warnings) goes to the node's log, line by line,
 // as it comes: read while it starts and while it serves.
 void log_what_it_wrote(PreparedRun& zygote, const std::string& profile_name) {
-  zygote.drain_output([&](std::string_view line) {
-    std::string printable(line);
-    for (char& c : printable)
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) c = '?';  // no terminal escapes
-    spdlog::warn("fork server of profile {}: {}", profile_name, printable);
-  });
+  zygote.drain_output(
+      [&](std::string_view line) { spdlog::warn("fork server of profile {}: {}", profile_name, printable(line)); });
 }
 
 // Until the zygote waits for its first request (its start-up is done), at
@@ -517,7 +548,7 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
     Result r = zygote->finish(std::nullopt, std::chrono::milliseconds(1));
     if (r.status != RunStatus::kTimeout)  // anything but our own stop
       spdlog::error("fork server of profile {} ended: {} {}", entry.profile_name, r.error,
-                    r.stderr_data.substr(0, 2000));
+                    printable(std::string_view(r.stderr_data).substr(0, 2000)));
   } catch (const std::exception& e) {
     spdlog::error("fork server of profile {} could not be started: {}", entry.profile_name, e.what());
   }

@@ -382,6 +382,9 @@ TEST(PoolWait, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
   // Takes the ready one: its refill's fork now waits for the stopped zygote.
   json first = run_v1(node, "def main(args):\n    return 1");
   EXPECT_EQ(first["pool"], "warm") << first.dump();
+  // Its refill starts a few ms after the take: a request sent before that
+  // would be a miss, not a wait.
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_starting", 1)) << node.log();
   json r;
   std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
   EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
@@ -393,6 +396,33 @@ TEST(PoolWait, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
   EXPECT_EQ(r["return"], 42) << r.dump();
   EXPECT_EQ(r["pool"], "forked") << r.dump();
   EXPECT_EQ(fork_servers_of(node.pid()), zygotes) << "the fork server did not survive the failed fork";
+}
+
+TEST(PoolWait, ARequestWhoseForkServerDiedIsRunCold) {
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  ASSERT_EQ(::kill(zygotes[0], SIGSTOP), 0);
+  // Takes the ready one: its refill's fork now waits for the stopped zygote.
+  json first = run_v1(node, "def main(args):\n    return 1");
+  EXPECT_EQ(first["pool"], "warm") << first.dump();
+  // Its refill starts a few ms after the take: a request sent before that
+  // would be a miss, not a wait.
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_starting", 1)) << node.log();
+  json r;
+  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
+  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+  // The refill's fork fails, and a fork of the request by the same (dead)
+  // fork server would too: it must be started cold, not refused.
+  ASSERT_EQ(::kill(zygotes[0], SIGKILL), 0);
+  request.join();
+  EXPECT_EQ(r["return"], 42) << r.dump();
+  EXPECT_EQ(r["pool"], "cold") << r.dump();
+  EXPECT_NE(node.log().find("could not fork a run, which is started cold instead"), std::string::npos) << node.log();
 }
 
 class PoolLeaks : public ::testing::TestWithParam<bool> {};
