@@ -366,28 +366,43 @@ TEST(PoolWait, ARequestWhoseStartingSandboxFailsIsRunCold) {
   EXPECT_NE(node.log().find(why), std::string::npos) << node.log();
 }
 
+// A node with one fork server, stopped, whose ready Python sandbox a first
+// request has taken: the refill's fork waits for the stopped zygote, and a
+// second request (r, once joined) waits for that refill.
+class PoolWaitOnStoppedForkServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(node.ready()) << node.log();
+    ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+    zygotes = fork_servers_of(node.pid());
+    ASSERT_EQ(zygotes.size(), 1u);
+    ASSERT_EQ(::kill(zygotes[0], SIGSTOP), 0);
+    json first = run_v1(node, "def main(args):\n    return 1");
+    EXPECT_EQ(first["pool"], "warm") << first.dump();
+    // Its refill starts a few ms after the take: a request sent before that
+    // would be a miss, not a wait.
+    ASSERT_TRUE(wait_metric(node, "nsbox_pool_starting", 1)) << node.log();
+    request = std::thread([this] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
+    ASSERT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+  }
+  void TearDown() override {
+    if (!zygotes.empty()) ::kill(zygotes[0], SIGCONT);  // a failed test must not leave the request hanging
+    if (request.joinable()) request.join();
+  }
+
+  TempDir dir;
+  NodeProcess node{"tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n"};
+  std::vector<pid_t> zygotes;
+  std::thread request;
+  json r;
+};
+
 // The same with a fork server: a request given a sandbox still being forked
 // is, if that one fails, forked again by the fork server (as a miss would
 // be), not started cold. The zygote, stopped, makes the fork fail by its
 // step timeout; it goes on once the request's own fork waits for it.
-TEST(PoolWait, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
-  TempDir dir;
-  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
-                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
-  ASSERT_TRUE(node.ready()) << node.log();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
-  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
-  ASSERT_EQ(zygotes.size(), 1u);
-  ASSERT_EQ(::kill(zygotes[0], SIGSTOP), 0);
-  // Takes the ready one: its refill's fork now waits for the stopped zygote.
-  json first = run_v1(node, "def main(args):\n    return 1");
-  EXPECT_EQ(first["pool"], "warm") << first.dump();
-  // Its refill starts a few ms after the take: a request sent before that
-  // would be a miss, not a wait.
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_starting", 1)) << node.log();
-  json r;
-  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
-  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
+TEST_F(PoolWaitOnStoppedForkServer, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
   const std::string failed = "a warm python sandbox of profile forked could not be started";
   for (int i = 0; i < 6000 && node.log().find(failed) == std::string::npos; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_NE(node.log().find(failed), std::string::npos) << node.log();
@@ -398,26 +413,9 @@ TEST(PoolWait, ARequestWhoseForkedSandboxFailsIsForkedAgain) {
   EXPECT_EQ(fork_servers_of(node.pid()), zygotes) << "the fork server did not survive the failed fork";
 }
 
-TEST(PoolWait, ARequestWhoseForkServerDiedIsRunCold) {
-  TempDir dir;
-  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
-                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
-  ASSERT_TRUE(node.ready()) << node.log();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
-  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
-  ASSERT_EQ(zygotes.size(), 1u);
-  ASSERT_EQ(::kill(zygotes[0], SIGSTOP), 0);
-  // Takes the ready one: its refill's fork now waits for the stopped zygote.
-  json first = run_v1(node, "def main(args):\n    return 1");
-  EXPECT_EQ(first["pool"], "warm") << first.dump();
-  // Its refill starts a few ms after the take: a request sent before that
-  // would be a miss, not a wait.
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_starting", 1)) << node.log();
-  json r;
-  std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
-  EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
-  // The refill's fork fails, and a fork of the request by the same (dead)
-  // fork server would too: it must be started cold, not refused.
+// The refill's fork fails, and a fork of the request by the same (dead)
+// fork server would too: the request must be started cold, not refused.
+TEST_F(PoolWaitOnStoppedForkServer, ARequestWhoseForkServerDiedIsRunCold) {
   ASSERT_EQ(::kill(zygotes[0], SIGKILL), 0);
   request.join();
   EXPECT_EQ(r["return"], 42) << r.dump();
