@@ -998,8 +998,7 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
 
 }  // namespace
 
-std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int fork_server,
-                                                      std::optional<uint32_t> start_cpu_weight) const {
+std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int fork_server) const {
   auto st = std::make_unique<PreparedRun::State>();
   st->prepared_at = Clock::now();
   Result& result = st->result;
@@ -1016,7 +1015,6 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     if (!cgroup || !cgroup->counts_cpu_time())
       throw SysError("fork server", "a forked run needs a cgroup that measures CPU time, and this host gives none",
                      ENOTSUP);
-    st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced, false)) rlimits.push_back(extra);
 

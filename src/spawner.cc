@@ -394,8 +394,9 @@ void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) noexcept {
 // pool retired it, or when it failed or ended first.
 UniqueFd start_and_wait_for_job(std::unique_ptr<PreparedRun>& prepared, const Launcher& launcher, const RunSpec& spec,
                                 int ctl, int fork_server) {
-  prepared = fork_server >= 0 ? launcher.prepare_forked(spec, fork_server, kWarmingCpuWeight)
-                              : launcher.prepare(spec, kWarmingCpuWeight);
+  // Only a started sandbox yields to the runs being served: a forked one's
+  // set-up holds the key's fork server (see prepare_forked).
+  prepared = fork_server >= 0 ? launcher.prepare_forked(spec, fork_server) : launcher.prepare(spec, kWarmingCpuWeight);
   if (!wait_until_ready(*prepared, ctl)) return UniqueFd();  // retired while it started
   UniqueFd job_fd;
   // Not offered when it ended in its start-up: counted as ready, it would

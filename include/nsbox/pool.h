@@ -40,9 +40,10 @@ struct PoolEntry {
   bool fork_server = false;
 };
 
-// The CPU weight (cgroup v2 units, the default is 100) a warm sandbox starts
-// up with: when the CPUs are busy, the runs being served go first and the
-// refills take what is left. Restored to the default when a run takes it.
+// The CPU weight (cgroup v2 units, the default is 100) a started warm
+// sandbox starts up with: when the CPUs are busy, the runs being served go
+// first and the refills take what is left. Restored to the default when a
+// run takes it. Forked ones set up at the default (prepare_forked).
 constexpr uint32_t kWarmingCpuWeight = 1;
 
 // How many warm sandboxes of one key start up at once; the rest of a refill

@@ -120,9 +120,10 @@ class Launcher {
   // fork_server (fork_server.h) instead of started from nothing: its own
   // cgroup and namespaces, the interpreter already started. A spec the fork
   // server cannot run (fork_server_refusal), or a fork server that is gone,
-  // makes a setup error.
-  std::unique_ptr<PreparedRun> prepare_forked(const RunSpec& spec, int fork_server,
-                                              std::optional<uint32_t> start_cpu_weight = std::nullopt) const;
+  // makes a setup error. No start-up weight: the run's PID 1 holds the
+  // fork server while it sets the run up, under the fork's step deadlines;
+  // at a low weight, a busy host would stall every fork behind it.
+  std::unique_ptr<PreparedRun> prepare_forked(const RunSpec& spec, int fork_server) const;
 
   const HostIds& host_ids() const { return host_ids_; }
   const CgroupHost& cgroup_host() const { return cgroups_; }

@@ -282,6 +282,26 @@ std::string first_line_of(const std::string& path) {
   return line;
 }
 
+// A forked refill's PID 1 sets the run up while it holds the key's fork
+// server: at the refills' lowest CPU weight, a busy host would hold every
+// fork behind it (and fail them by the fork's step deadline). So a forked
+// warm sandbox has the default weight, where a started one has the lowest
+// (PoolWait.AMissWaitsForASandboxStillStartingAndRaisesItsWeight).
+TEST(PoolRefill, AForkedSandboxSetsUpAtTheDefaultCpuWeight) {
+  TempDir dir;
+  NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, true) +
+                   "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  const std::vector<pid_t> forked_inits = children_of(zygotes[0]);
+  ASSERT_EQ(forked_inits.size(), 1u) << "the warm Python sandbox's PID 1";
+  const auto weight = cpu_weight_file_of(forked_inits[0]);
+  ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares for the forked sandbox";
+  EXPECT_EQ(first_line_of(weight->path), weight->default_value);
+}
+
 // A tenant whose warm Python sandboxes start up only when the test lets
 // them (a file /site/go appears); those that waited for it then end before
 // they are ready if /site/die is there too. One that waits says so in its
