@@ -347,9 +347,10 @@ void stop_taking_jobs(int ctl) { ::shutdown(ctl, SHUT_RD); }
 // A pool worker whose sandbox failed or ended before serving: a job the
 // pool gave it meanwhile still gets an answer, from a sandbox of its own,
 // as a miss would: forked by fork_server (-1: none), else started cold.
+// The caller has stopped taking jobs (stop_taking_jobs): none may arrive
+// after this look and be dropped.
 void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles, const PoolEntry& entry, int ctl,
                        int fork_server) {
-  stop_taking_jobs(ctl);  // if not yet: no job may arrive after this look
   if (peek_control(ctl) != Queued::kJobQueued) return;
   char tag = 0;
   UniqueFd job_fd(receive_fd(ctl, &tag));
