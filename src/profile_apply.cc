@@ -69,8 +69,7 @@ RunSpec spec_from_profile(const Profile& p) {
     spec.seccomp.allow = p.seccomp_allow;
   } else if (p.seccomp != "default") {
     // Fail closed: a policy nsbox cannot load is never silently replaced.
-    throw UsageError("profile " + p.name + ": seccomp rule files (" + p.seccomp +
-                     ") are not supported by this version; use default, strict or allow");
+    throw UsageError("profile " + p.name + ": unknown seccomp policy " + p.seccomp);
   }
   return spec;
 }

@@ -312,27 +312,46 @@ std::vector<std::string> syscall_list(const Field& f, const char* arch) {
   return names;
 }
 
+// `{allow: [...]}`, inline or the whole of a rule file.
+void apply_seccomp_rules(const Field& f, Draft& d) {
+  MapReader m(f, keys_of("seccomp"));
+  auto allow = m.get("allow");
+  if (!allow) f.fail("missing key 'allow' (the system calls to allow)");
+  d.p.seccomp_allow = syscall_list(*allow, "x86_64");
+  d.p.seccomp = "allow";
+}
+
+// A rule file on the host holds what the inline map holds. It is read as
+// the profile loads, so `nsbox check` validates it and the resolved
+// profile carries the list itself: no run reads the host file, and an edit
+// of it takes effect at the next load (a node's reload), as an edit of the
+// profile does. Its errors name its own lines.
+void apply_seccomp_file(const Field& f, Draft& d) {
+  const std::string path = f.absolute_path();
+  std::string text;
+  try {
+    text = profile_yaml::read_file(path);
+  } catch (const ProfileError& e) {
+    f.fail("cannot read the rule file " + path + ": " + e.message());
+  }
+  const YAML::Node root = profile_yaml::parse_document(path, text);
+  const Field rules(path, "seccomp", root, root.Mark());  // what the file stands for
+  if (!rules.is_map()) rules.fail("a rule file holds {allow: [...]}, got " + describe(root));
+  apply_seccomp_rules(rules, d);
+}
+
 void apply_seccomp(const Field& f, Draft& d) {
-  if (f.is_map()) {
-    MapReader m(f, keys_of("seccomp"));
-    auto allow = m.get("allow");
-    if (!allow) f.fail("missing key 'allow' (the system calls to allow)");
-    d.p.seccomp_allow = syscall_list(*allow, "x86_64");
-    d.p.seccomp = "allow";
+  if (f.is_map()) return apply_seccomp_rules(f, d);
+  const std::string s = f.is_scalar() ? f.string() : "";
+  if (s == "default" || s == "strict") {
+    d.p.seccomp = s;
+    d.p.seccomp_allow.clear();
     return;
   }
-  if (!f.is_scalar()) {
+  if (!s.starts_with('/')) {
     f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " + describe(f.node()));
   }
-  std::string s = f.string();
-  if (s != "default" && s != "strict") {
-    if (s.empty() || s[0] != '/') {
-      f.fail("expected default, strict, the absolute path of a rule file or {allow: [...]}, got " + describe(f.node()));
-    }
-    s = f.absolute_path();
-  }
-  d.p.seccomp = s;
-  d.p.seccomp_allow.clear();
+  apply_seccomp_file(f, d);
 }
 
 EgressRule egress_rule(const Field& item) {

@@ -95,12 +95,12 @@ struct Profile {
   std::vector<std::string> mask;    // absolute paths hidden inside
   std::optional<ProfileWorkspace> workspace;
   std::map<std::string, std::string> env;
-  // "default", "strict", an absolute rule file, or "allow" exactly when
-  // seccomp_allow is non-empty.
+  // "default", "strict", or "allow" exactly when seccomp_allow is non-empty.
   std::string seccomp = "default";
-  // Written `seccomp: {allow: [...]}` in a profile; set by profiles migrated
-  // from the platform's sandbox_config.yaml: an allow list of syscall names
-  // (x86_64); everything else is denied (EPERM).
+  // Written `seccomp: {allow: [...]}` in a profile, or in the rule file a
+  // profile names (read as it loads); set by profiles migrated from the
+  // platform's sandbox_config.yaml: an allow list of syscall names (x86_64);
+  // everything else is denied (EPERM).
   std::vector<std::string> seccomp_allow;
   NetworkMode network = NetworkMode::kNone;
   EgressPolicy egress;  // used with NetworkMode::kEgress

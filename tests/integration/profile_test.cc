@@ -68,6 +68,29 @@ TEST(ProfileEffects, EnvMountsMasksAndUser) {
   EXPECT_EQ(r["stdout"], "acme\ndataset\n0\n1000\n1001\n1\n");
 }
 
+TEST(ProfileEffects, ASeccompRuleFileIsTheRunsAllowList) {
+  // The strict list without getcpu, from a file the profile names: getcpu
+  // fails with EPERM and is named in the result; the rest of Python runs.
+  Scratch s;
+  std::string rules = "allow:\n";
+  for (const auto& name : SeccompProgram::strict_syscalls())
+    if (name != "getcpu") rules += "  - " + name + "\n";
+  const std::string rule_file = s.write("tenant.rules", rules);
+  const std::string profile = s.write("p.yaml", "name: ruled\nextends: default\nseccomp: " + rule_file + "\n");
+  const std::string code =
+      "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+      "r = libc.syscall(309, None, None, None)\nprint(r, ctypes.get_errno())\n";
+  json r = run_json(profile, {}, {"python3", "-c", code});
+  EXPECT_EQ(r["status"], "ok") << r.dump();
+  EXPECT_EQ(r["stdout"], "-1 1\n") << r.dump();
+  EXPECT_EQ(r["denied_syscalls"], json({{"getcpu", 1}})) << r.dump();
+  // Read as the profile loads: `nsbox check` shows the list, not the path.
+  CliResult check = run_cli({"check", profile});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find(" exit_group,"), std::string::npos) << check.out;
+  EXPECT_EQ(check.out.find(rule_file), std::string::npos) << check.out;
+}
+
 TEST(ProfileEffects, StrictSeccompDeniesWhatIsNotListed) {
   // getcpu is harmless and allowed by the default policy, not listed by strict.
   const std::string code =

@@ -246,6 +246,8 @@ TEST(RoundTrip, ShippedProfiles) {
 }
 
 TEST(RoundTrip, EveryKeyAwayFromItsDefault) {
+  TempDir dir;
+  const std::string rules = dir.write("tight.rules", "allow: [read, write, exit_group, futex]\n");
   Profile p = load_profile_text(R"(name: everything
 limits:
   wall_time: 1500ms
@@ -278,7 +280,7 @@ env:
   SPACES: "  a b  "
   QUOTES: "say \"hi\"\n"
   UNICODE: "héllo"
-seccomp: /etc/nsbox/seccomp/tight.rules
+seccomp: )" + rules + R"(
 network: {mode: none}
 user: {uid: 1000, gid: 1001}
 )",
@@ -295,6 +297,59 @@ user: {uid: 1000, gid: 1001}
   EXPECT_EQ(allow.seccomp, "allow");
   EXPECT_EQ(allow.seccomp_allow, (std::vector<std::string>{"read", "write", "exit_group"}));
   expect_round_trip(allow);
+}
+
+// ---- seccomp rule files ----
+
+TEST(SeccompRuleFile, IsReadAsTheProfileLoadsAndItsListCarriedInline) {
+  TempDir dir;
+  const std::string rules =
+      dir.write("tight.rules", "# tenant x: what its jobs need\nallow:\n  - read\n  - write\n  - exit_group\n");
+  Profile p = load_profile_text("name: filed\nseccomp: " + rules + "\n", "filed.yaml", ProfileSearch{});
+  EXPECT_EQ(p.seccomp, "allow");
+  EXPECT_EQ(p.seccomp_allow, (std::vector<std::string>{"read", "write", "exit_group"}));
+  const std::string yaml = to_yaml(p);
+  EXPECT_EQ(yaml.find(rules), std::string::npos) << "the resolved profile names the file instead of its list:\n"
+                                                 << yaml;
+  fs::remove(rules);
+  expect_round_trip(p);  // the resolved profile needs the file no longer
+}
+
+// What a rule file error says: "FILE:LINE:COL: MESSAGE" as for a profile.
+std::string rule_file_error(const std::string& profile_text) {
+  try {
+    load_profile_text(profile_text, "filed.yaml", ProfileSearch{});
+  } catch (const ProfileError& e) {
+    return e.what();
+  }
+  return "loaded without error";
+}
+
+TEST(SeccompRuleFile, ItsErrorsNameItsOwnLines) {
+  TempDir dir;
+  const std::string unknown = dir.write("unknown.rules", "allow:\n  - read\n  - frobnicate\n");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: " + unknown + "\n"),
+            unknown + ":3:5: seccomp.allow[1]: unknown system call \"frobnicate\" on x86_64");
+  const std::string deny = dir.write("deny.rules", "deny: [ptrace]\n");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: " + deny + "\n"), deny + ":1:1: unknown key 'deny' in seccomp");
+  const std::string list = dir.write("list.rules", "[read, write]\n");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: " + list + "\n"),
+            list + ":1:1: seccomp: a rule file holds {allow: [...]}, got a list");
+  const std::string empty = dir.write("empty.rules", "allow: []\n");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: " + empty + "\n"),
+            empty + ":1:8: seccomp.allow: an empty allow list would deny even exit: list the system calls to allow");
+}
+
+TEST(SeccompRuleFile, OneThatCannotBeReadIsAnErrorOfTheProfile) {
+  TempDir dir;
+  EXPECT_EQ(
+      rule_file_error("name: filed\nseccomp: " + dir.path() + "/none.rules\n"),
+      "filed.yaml:2:10: seccomp: cannot read the rule file " + dir.path() + "/none.rules: No such file or directory");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: " + dir.path() + "\n"),
+            "filed.yaml:2:10: seccomp: cannot read the rule file " + dir.path() + ": not a regular file");
+  EXPECT_EQ(rule_file_error("name: filed\nseccomp: tight.rules\n"),
+            "filed.yaml:2:10: seccomp: expected default, strict, the absolute path of a rule file or {allow: "
+            "[...]}, got \"tight.rules\"");
 }
 
 TEST(RoundTrip, NetworkEgress) {
