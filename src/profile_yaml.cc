@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "nsbox/digest.h"
+#include "nsbox/run_spec.h"
 #include "nsbox/units.h"
 
 namespace nsbox::profile_yaml {
@@ -441,11 +442,7 @@ std::optional<Field> MapReader::get(std::string_view key) const {
 }
 
 void check_env_name(const Field& key_field, const std::string& name) {
-  bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
-  for (char c : name) {
-    ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-  }
-  if (!ok) {
+  if (!is_env_name(name)) {
     key_field.fail("\"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
   }
   static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{

@@ -18,11 +18,21 @@ std::vector<std::pair<std::string, std::string>> default_environment() {
   };
 }
 
+bool is_env_name(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
 std::pair<std::string, std::string> parse_env_assignment(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) throw UsageError("--env expects KEY=VALUE, got '" + text + "'");
   if (text.find('\0') != std::string::npos) throw UsageError("--env value contains a NUL byte");
-  return {text.substr(0, eq), text.substr(eq + 1)};
+  std::string name = text.substr(0, eq);
+  if (!is_env_name(name))
+    throw UsageError("--env: \"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
+  return {std::move(name), text.substr(eq + 1)};
 }
 
 void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key, std::string value) {

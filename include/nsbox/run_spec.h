@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -91,8 +92,11 @@ struct RunSpec {
 // The environment every run starts from; --env entries replace or add.
 std::vector<std::pair<std::string, std::string>> default_environment();
 
-// Parses "KEY=VALUE" (KEY non-empty, no '=' in it, no NUL); throws UsageError.
+// Parses "KEY=VALUE" (KEY a valid name, see is_env_name; no NUL); throws UsageError.
 std::pair<std::string, std::string> parse_env_assignment(const std::string& text);
+
+// Whether name is a variable name a shell could set: [A-Za-z_][A-Za-z0-9_]*.
+bool is_env_name(std::string_view name);
 
 // Sets key=value in env, replacing an existing key.
 void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key, std::string value);

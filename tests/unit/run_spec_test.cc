@@ -21,6 +21,18 @@ TEST(EnvAssignment, RejectsMissingKey) {
   EXPECT_THROW(parse_env_assignment("NOEQUALS"), UsageError);
 }
 
+TEST(EnvAssignment, RejectsANameNoShellCouldSet) {
+  for (const char* bad : {"A B=1", "1A=x", "A-B=1", "A\nB=1"}) {
+    try {
+      parse_env_assignment(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a valid variable name"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_env_assignment("_a1=x").first, "_a1");
+}
+
 TEST(Environment, DefaultsAreCleanAndOverridable) {
   auto env = default_environment();
   bool has_path = false;
