@@ -32,10 +32,16 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kSpareThreads = 4;  // health and metrics while every slot is busy
 constexpr size_t kMaxThreads = 1024;
+
 constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
 constexpr time_t kKeepAliveSeconds = 5;
 constexpr int kListenBacklog = 1024;
+
+// Each listener's request threads: made at start, for the config of then.
+size_t request_threads(const NodeConfig& c) {
+  return std::min(kMaxThreads, static_cast<size_t>(c.max_concurrent) + c.queue_depth + kSpareThreads);
+}
 
 // Set on the thread that answers connections beyond the node's capacity:
 // they get a 429 without touching the admission queue.
@@ -142,6 +148,7 @@ class Node {
   Node(NodeOptions options, NodeConfig config, const Spawner& spawner)
       : options_(std::move(options)),
         config_(std::make_shared<const NodeConfig>(std::move(config))),
+        started_(config_),
         audit_(std::make_shared<AuditLog>(config_->audit_log)),
         spawner_(spawner),
         admission_(config_->max_concurrent, config_->queue_depth),
@@ -179,6 +186,7 @@ class Node {
   NodeOptions options_;
   mutable std::mutex state_mutex_;
   std::shared_ptr<const NodeConfig> config_;
+  const std::shared_ptr<const NodeConfig> started_;  // what the servers were made with
   std::shared_ptr<AuditLog> audit_;
   const Spawner& spawner_;
   Admission admission_;
@@ -347,7 +355,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
 std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   auto cfg = config();
   auto svr = std::make_unique<httplib::Server>();
-  const size_t threads = std::min(kMaxThreads, cfg->max_concurrent + cfg->queue_depth + kSpareThreads);
+  const size_t threads = request_threads(*cfg);
   svr->new_task_queue = [threads] { return new BoundedTaskQueue(threads, threads * kPendingPerThread); };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
   svr->set_read_timeout(timeout.count() / 1000000, timeout.count() % 1000000);
@@ -465,6 +473,23 @@ void Node::configure_pool(const NodeConfig& c) const {
   }
 }
 
+// The HTTP servers are made once, at start: what they were made with stays
+// until a restart, whatever a reload says.
+void warn_of_server_settings_kept(const NodeConfig& started, const NodeConfig& next) {
+  if (next.client_timeout != started.client_timeout)
+    spdlog::warn("reload: limits.client_timeout changed; it takes effect at the next restart");
+  if (next.body_limit != started.body_limit)
+    spdlog::warn(
+        "reload: limits.body_limit changed; it takes effect at the next restart (until then a body larger than {} "
+        "bytes is refused, and a lower limit applies to a declared Content-Length only)",
+        started.body_limit);
+  if (request_threads(next) > request_threads(started))
+    spdlog::warn(
+        "reload: max_concurrent + queue_depth rose; each listener keeps its {} request threads until the next "
+        "restart",
+        request_threads(started));
+}
+
 void Node::reload() {
   const std::string what = options_.config_path.empty() ? "the built-in config" : options_.config_path;
   try {
@@ -476,6 +501,7 @@ void Node::reload() {
     }
     if (next->cgroup_parent != current->cgroup_parent)
       spdlog::warn("reload: cgroup_parent changed; it takes effect at the next restart");
+    warn_of_server_settings_kept(*started_, *next);
     auto audit_log = std::make_shared<AuditLog>(next->audit_log);  // reopened: rotation
     admission_.resize(next->max_concurrent, next->queue_depth);
     configure_pool(*next);  // sandboxes of changed profiles are retired

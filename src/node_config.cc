@@ -166,7 +166,9 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
 void read_limits(const Field& f, NodeConfig& c) {
   MapReader map(f, keys_of("limits"));
   if (auto v = map.get("max_concurrent")) c.max_concurrent = static_cast<uint32_t>(v->integer(1, kMaxConcurrent));
-  if (auto v = map.get("queue_depth")) c.queue_depth = static_cast<uint32_t>(v->integer(0, kMaxQueue));
+  // Unset, it follows max_concurrent, whether that was set or not.
+  auto queue_depth = map.get("queue_depth");
+  c.queue_depth = queue_depth ? static_cast<uint32_t>(queue_depth->integer(0, kMaxQueue)) : 4 * c.max_concurrent;
   if (auto v = map.get("body_limit")) c.body_limit = v->size(1024, 1ull << 30);
   if (auto v = map.get("client_timeout")) c.client_timeout = v->duration(milliseconds(100), milliseconds(600000));
   if (auto v = map.get("grace_period")) c.grace_period = v->duration(milliseconds(0), milliseconds(3600000));

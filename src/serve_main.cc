@@ -11,6 +11,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "nsbox/audit.h"
 #include "nsbox/error.h"
 #include "nsbox/node.h"
 
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return app.exit(e) == 0 ? 0 : kUsageExit;  // --help is 0; CLI11's own codes are not ours
   }
   auto logger = spdlog::stderr_logger_mt("nsbox");
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
@@ -74,7 +75,14 @@ int main(int argc, char** argv) {
   options.search = nsbox::default_profile_search(exe_dir());
   try {
     if (check) {
-      print_summary(nsbox::load_node_config(options));
+      const nsbox::NodeConfig config = nsbox::load_node_config(options);
+      try {
+        nsbox::AuditLog probe(config.audit_log);  // created 0600 as at start, so a bad path shows now
+      } catch (const std::exception& e) {
+        std::cerr << "nsbox serve: " << config.source << ": " << e.what() << std::endl;
+        return kUsageExit;
+      }
+      print_summary(config);
       return 0;
     }
     return nsbox::run_node(options);

@@ -390,6 +390,29 @@ TEST_F(NodeWithTenants, SigtermKillsRunsThatOutliveTheGracePeriod) {
   EXPECT_TRUE(dir_entries(node_.tmp()).empty());
 }
 
+TEST_F(NodeWithTenants, SighupSaysWhichServerSettingsWaitForARestart) {
+  std::string config = kTenantConfig;
+  const std::string old_limits = "  max_concurrent: 1\n  queue_depth: 0\n  grace_period: 1s\n  client_timeout: 1s\n";
+  ASSERT_NE(config.find(old_limits), std::string::npos);
+  config.replace(config.find(old_limits), old_limits.size(),
+                 "  max_concurrent: 2\n  queue_depth: 8\n  grace_period: 1s\n  client_timeout: 3s\n"
+                 "  body_limit: 4MiB\n");
+  node_.write_config(config);
+  ::kill(node_.pid(), SIGHUP);
+  for (int i = 0; i < 100 && node_.log().find("reloaded") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  const std::string log = node_.log();
+  EXPECT_NE(log.find("reloaded"), std::string::npos) << log;
+  EXPECT_NE(log.find("limits.client_timeout changed; it takes effect at the next restart"), std::string::npos) << log;
+  EXPECT_NE(log.find("limits.body_limit changed; it takes effect at the next restart (until then a body larger "
+                     "than 2097152 bytes is refused"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("each listener keeps its 5 request threads until the next restart"), std::string::npos) << log;
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 TEST_F(NodeWithTenants, SighupWithABrokenConfigKeepsServingAndAGoodOneApplies) {
   const httplib::Headers other = {{"Authorization", "Bearer other-token-0123456789abcdef"}};
   const std::string body = request("def main(args):\n    return 5");
@@ -460,6 +483,21 @@ TEST(NodeListeners, ABrokenConfigIsRefusedAtStartWithItsPosition) {
   r = run_cli({"serve", "--listen", "localhost:80", "--check"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("is not ADDRESS:PORT with an IP address"), std::string::npos) << r.err;
+  path = dir.write("audit.yaml",
+                   "tenants:\n  - name: a\n    profile: default\naudit_log: " + dir.path() + "/missing/audit.log\n");
+  r = run_cli({"serve", "--config", path, "--check"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("audit_log " + dir.path() + "/missing/audit.log: No such file or directory"), std::string::npos)
+      << r.err;
+}
+
+TEST(NodeListeners, ABadFlagExitsWithTheUsageCode) {
+  CliResult r = run_cli({"serve", "--chek"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--chek"), std::string::npos) << r.err;
+  r = run_cli({"serve", "--config"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(run_cli({"serve", "--help"}).exit_code, 0);
 }
 
 class NodeUnderLoad : public ::testing::Test {

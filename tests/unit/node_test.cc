@@ -54,6 +54,13 @@ TEST(NodeConfig, DefaultsForAMinimalConfig) {
   EXPECT_EQ(c.anonymous_tenant(c.listeners[0]), nullptr) << "no default_tenant: tokens required";
 }
 
+TEST(NodeConfig, AnUnsetQueueDepthFollowsTheMaxConcurrentThatIsSet) {
+  NodeConfig c = load(std::string(kMinimal) + "limits: {max_concurrent: 7}\n");
+  EXPECT_EQ(c.max_concurrent, 7u);
+  EXPECT_EQ(c.queue_depth, 28u);
+  EXPECT_EQ(load(std::string(kMinimal) + "limits: {max_concurrent: 7, queue_depth: 3}\n").queue_depth, 3u);
+}
+
 TEST(NodeConfig, TheShippedExampleLoads) {
   // Copied next to token files of its own: the example names tokens/<tenant>.
   auto dir = std::filesystem::temp_directory_path() / ("nsbox-example-" + std::to_string(::getpid()));
