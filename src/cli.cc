@@ -271,8 +271,11 @@ int cli_main(int argc, char** argv) {
   app.add_subcommand("serve", "Start the HTTP node (see nsbox serve --help)")->allow_extras();
 
   std::string doctor_rootfs = NSBOX_DEFAULT_ROOTFS;
+  std::vector<std::string> doctor_profiles;
   auto* doctor = app.add_subcommand("doctor", "Report what this host supports");
   doctor->add_option("--rootfs", doctor_rootfs, "Root tree to check")->capture_default_str();
+  doctor->add_option("--profile", doctor_profiles,
+                     "Also report what this profile (NAME or FILE; repeatable) would lose here");
 
   try {
     app.parse(argc, argv);
@@ -294,7 +297,11 @@ int cli_main(int argc, char** argv) {
     if (*check)
       return run_check(check_files, !check_from.empty(), default_profile_search(executable_dir()), std::cout,
                        std::cerr);
-    if (*doctor) return run_doctor(doctor_rootfs, std::cout);
+    if (*doctor) {
+      DoctorOptions options{.rootfs = doctor_rootfs, .rootfs_given = doctor->count("--rootfs") > 0, .profiles = {}};
+      for (const auto& name : doctor_profiles) options.profiles.push_back(load_profile_or_explain(name));
+      return run_doctor(options, std::cout);
+    }
   } catch (const UsageError& e) {
     std::cerr << "nsbox: " << e.what() << std::endl;
     return kUsageExit;

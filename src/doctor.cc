@@ -8,18 +8,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <vector>
 
 #include "nsbox/cgroup.h"
 #include "nsbox/error.h"
+#include "nsbox/profile_apply.h"
 #include "nsbox/sandbox.h"
+#include "nsbox/userns.h"
 
 namespace nsbox {
 namespace {
@@ -157,6 +161,25 @@ void check_seccomp(Report& r) {
   }
 }
 
+// Runs /bin/true in a real sandbox built from spec; its warnings (what the
+// run went without) are warn lines.
+void test_launch(Report& r, RunSpec spec, const std::string& what) {
+  try {
+    Launcher launcher;
+    spec.argv = {"/bin/true"};
+    spec.stdio = StdioMode::kCapture;
+    spec.limits.wall_time = std::chrono::seconds(10);
+    const Result result = launcher.run(spec);
+    r.line(result.status == RunStatus::kOk, true, what,
+           result.status == RunStatus::kOk
+               ? std::to_string(result.wall_ms) + " ms"
+               : result.error + (result.stderr_data.empty() ? "" : " " + result.stderr_data));
+    for (const auto& warning : result.warnings) r.line(false, false, "the run warned", warning);
+  } catch (const std::exception& e) {
+    r.line(false, true, what, e.what());
+  }
+}
+
 void check_rootfs(Report& r, const std::string& rootfs) {
   r.out << "rootfs\n";
   struct stat st {};
@@ -183,34 +206,71 @@ void check_rootfs(Report& r, const std::string& rootfs) {
     }
   }
   // The real thing: build a sandbox and run /bin/true in it.
-  try {
-    Launcher launcher;
-    RunSpec spec;
-    spec.rootfs = rootfs;
-    spec.argv = {"/bin/true"};
-    spec.env = default_environment();
-    spec.stdio = StdioMode::kCapture;
-    spec.limits.wall_time = std::chrono::seconds(10);
-    Result result = launcher.run(spec);
-    r.line(result.status == RunStatus::kOk, true, "test launch of /bin/true",
-           result.status == RunStatus::kOk ? std::to_string(result.wall_ms) + " ms"
-                                           : result.error + " " + result.stderr_data);
-  } catch (const std::exception& e) {
-    r.line(false, true, "test launch of /bin/true", e.what());
+  RunSpec spec;
+  spec.rootfs = rootfs;
+  spec.env = default_environment();
+  test_launch(r, std::move(spec), "test launch of /bin/true");
+}
+
+// What a profile would lose here: the limits it asks for that no cgroup of
+// nsbox's enforces (its runs refused, or the limits dropped under
+// best-effort), whether its fork server's runs can make their namespaces,
+// and a real launch under it, whose warnings say what else it runs without.
+void check_profile(Report& r, const Profile& profile, const std::optional<std::string>& rootfs, const CgroupHost& host,
+                   int unprivileged_namespaces) {
+  r.out << "profile " << profile.name << "\n";
+  RunSpec spec = spec_from_profile(profile);
+  if (rootfs) spec.rootfs = *rootfs;
+  const std::set<std::string> needed = controllers_for(spec.limits.cgroup);
+  const std::set<std::string> missing = host.missing(needed);
+  if (needed.empty()) {
+    r.out << "  info  limits: it asks for no cgroup limit\n";
+  } else if (missing.empty()) {
+    r.line(true, true, "limits", "{" + join_words(needed) + "} enforced through cgroup " + host.choose(needed));
+  } else if (spec.limits.best_effort) {
+    r.line(false, false, "limits", "not enforced here: " + join_words(missing) + " (enforcement: best-effort)");
+  } else {
+    r.line(false, true, "limits",
+           "its runs are refused here: no " + join_words(missing) +
+               " controller in nsbox's cgroup (limits.enforcement: best-effort would accept less)");
   }
+  if (profile.fork_server.any()) {
+    // Each forked run's PID 1 makes its namespaces without privilege: when
+    // it cannot, that run fails (docs/OPERATIONS.md, "Troubleshooting").
+    r.line(unprivileged_namespaces == 0, true, "fork_server",
+           unprivileged_namespaces == 0 ? "its runs can be forked"
+                                        : std::string(std::strerror(unprivileged_namespaces)) +
+                                              ": its forked runs would fail here; set fork_server: false");
+  }
+  test_launch(r, std::move(spec), "test launch of /bin/true under profile " + profile.name);
 }
 
 }  // namespace
 
-int run_doctor(const std::string& rootfs, std::ostream& out) {
+int run_doctor(const DoctorOptions& options, std::ostream& out) {
   Report report{out};
   out << "nsbox " << NSBOX_VERSION << " on kernel ";
   out << read_file("/proc/sys/kernel/osrelease") << ", running as uid " << ::geteuid() << "\n";
   check_namespaces(report);
   check_seccomp(report);
   check_cgroups(report);
-  check_rootfs(report, rootfs);
-  out << (report.ok ? "nsbox can run here\n" : "nsbox cannot run here with its defaults: see FAIL lines\n");
+  check_rootfs(report, options.rootfs);
+  const bool defaults_ok = report.ok;
+  if (!options.profiles.empty()) {
+    const CgroupHost host = CgroupHost::detect();
+    const bool forks = std::any_of(options.profiles.begin(), options.profiles.end(),
+                                   [](const Profile& p) { return p.fork_server.any(); });
+    const int unprivileged = forks ? probe_unprivileged_unshare(kForkedRunNamespaces, choose_host_ids()) : 0;
+    for (const Profile& profile : options.profiles)
+      check_profile(report, profile, options.rootfs_given ? std::optional(options.rootfs) : std::nullopt, host,
+                    unprivileged);
+  }
+  if (report.ok)
+    out << (options.profiles.empty() ? "nsbox can run here\n" : "nsbox can run here, with these profiles\n");
+  else if (defaults_ok)
+    out << "nsbox can run here, but not every profile as written: see FAIL lines\n";
+  else
+    out << "nsbox cannot run here with its defaults: see FAIL lines\n";
   return report.ok ? 0 : 1;
 }
 

@@ -3,11 +3,20 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
+
+#include "nsbox/profile.h"
 
 namespace nsbox {
 
-// Prints the report; returns 0 when everything nsbox needs by default is
-// present, 1 otherwise.
-int run_doctor(const std::string& rootfs, std::ostream& out);
+struct DoctorOptions {
+  std::string rootfs;             // the tree the default launch uses
+  bool rootfs_given = false;      // --rootfs: the profiles' launches use it too
+  std::vector<Profile> profiles;  // each also gets what it would lose here
+};
+
+// Prints the report; returns 0 when everything nsbox needs by default, and
+// every profile given, works here, 1 otherwise (lines marked FAIL).
+int run_doctor(const DoctorOptions& options, std::ostream& out);
 
 }  // namespace nsbox

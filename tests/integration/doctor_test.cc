@@ -16,6 +16,30 @@ TEST(Doctor, ReportsAWorkingHost) {
   EXPECT_NE(r.out.find("ok    namespaces created without privilege (fork_server)"), std::string::npos) << r.out;
 }
 
+TEST(Doctor, ReportsWhatEachProfileWouldLoseHere) {
+  TempDir dir;
+  const std::string forked = dir.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n");
+  const std::string unmountable = dir.write(
+      "unmountable.yaml", "name: unmountable\nextends: default\nfilesystem:\n  mounts:\n    - {source: " + dir.path() +
+                              "/missing, target: /data}\n");
+  CliResult r = run_cli({"doctor", "--rootfs", test_rootfs(), "--profile", forked, "--profile", unmountable});
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("profile forked\n  ok    limits: {cpu memory pids} enforced through cgroup v"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("ok    fork_server: its runs can be forked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ok    test launch of /bin/true under profile forked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAIL  test launch of /bin/true under profile unmountable: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(dir.path() + "/missing"), std::string::npos) << "the failure names the missing source\n"
+                                                                    << r.out;
+  EXPECT_NE(r.out.find("nsbox can run here, but not every profile as written: see FAIL lines"), std::string::npos)
+      << r.out;
+
+  CliResult unknown = run_cli({"doctor", "--rootfs", test_rootfs(), "--profile", "no-such-profile"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("no-such-profile"), std::string::npos) << unknown.err;
+}
+
 TEST(Doctor, MissingRootfsFails) {
   CliResult r = run_cli({"doctor", "--rootfs", "/nonexistent/rootfs"});
   EXPECT_EQ(r.exit_code, 1);
