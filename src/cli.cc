@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,8 +13,12 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
 
+#include "nsbox/api.h"
+#include "nsbox/cgroup.h"
 #include "nsbox/check.h"
 #include "nsbox/doctor.h"
 #include "nsbox/error.h"
@@ -70,27 +75,63 @@ T parse_flag(const std::string& flag, const std::string& value, Parse parse) {
   }
 }
 
+// A flag's value that is empty would be ignored: refused instead.
+const CLI::Validator kNonEmpty(
+    [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); }, "",
+    "non-empty");
+
+// A number of seconds or CPUs: finite and more than 0, in the flag's words.
+CLI::Validator positive_number(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& value) {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(v) || v <= 0)
+          return "expected " + what + " more than 0, got '" + value + "'";
+        return std::string();
+      },
+      "", "positive");
+}
+
+// A whole number in 1..max.
+CLI::Validator whole_number(uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& value) {
+        const bool digits = !value.empty() && value.size() <= 19 &&
+                            std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits || std::stoull(value) < 1 || std::stoull(value) > max)
+          return "expected a whole number in 1.." + std::to_string(max) + ", got '" + value + "'";
+        return std::string();
+      },
+      "", "whole");
+}
+
 void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
   cmd->add_option("--profile", o.profile, "Profile name (looked up in the profile path) or YAML file")
-      ->capture_default_str();
-  cmd->add_option("--rootfs", o.rootfs, "Root tree of the sandbox (default: the profile's)");
+      ->capture_default_str()
+      ->check(kNonEmpty);
+  cmd->add_option("--rootfs", o.rootfs, "Root tree of the sandbox (default: the profile's)")->check(kNonEmpty);
   cmd->add_option("--timeout", o.timeout_sec, "Wall-clock limit in seconds, at most the profile's")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--memory", o.memory, "Memory limit of the whole run, e.g. 256MiB, at most the profile's");
+      ->check(positive_number("a number of seconds"));
+  cmd->add_option("--memory", o.memory, "Memory limit of the whole run, e.g. 256MiB, at most the profile's")
+      ->check(kNonEmpty);
   cmd->add_option("--pids", o.pids, "Maximum number of processes and threads, at most the profile's")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(65536));
   cmd->add_option("--cpus", o.cpus, "CPU bandwidth in CPUs, e.g. 0.5, at most the profile's")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's");
+      ->check(positive_number("a number of CPUs"));
+  cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's")
+      ->check(kNonEmpty);
   cmd->add_flag("--best-effort", o.best_effort,
                 "Run even where the host cannot enforce a limit (rlimits stand in; warnings say what is lost)");
   cmd->add_option("--env", o.env, "Set KEY=VALUE in the sandbox's environment (repeatable)")->allow_extra_args(false);
-  cmd->add_option("--cwd", o.cwd, "Working directory inside the sandbox")->capture_default_str();
+  cmd->add_option("--cwd", o.cwd, "Working directory inside the sandbox")->capture_default_str()->check(kNonEmpty);
   cmd->add_option("--input", o.inputs, "Copy FILE[:NAME] into the workspace (repeatable)")->allow_extra_args(false);
-  cmd->add_option("--artifacts", o.artifacts_dir, "Copy the files the run leaves in <workspace>/out here");
+  cmd->add_option("--artifacts", o.artifacts_dir, "Copy the files the run leaves in <workspace>/out here")
+      ->check(kNonEmpty);
   cmd->add_option("--cgroup-parent", o.cgroup_parent,
                   "cgroup v2 directory to create run cgroups in (default: nsbox's own cgroup), "
-                  "e.g. a systemd slice with Delegate=yes");
+                  "e.g. a systemd slice with Delegate=yes")
+      ->check(kNonEmpty);
 }
 
 // SIGINT/SIGTERM/SIGHUP/SIGQUIT become readable on an fd the supervisor polls,
@@ -123,6 +164,16 @@ Profile load_profile_or_explain(const std::string& name) {
   }
 }
 
+// Made now as the copy after the run would make it: a directory that cannot
+// be there is a bad command line, found before the workload runs.
+void check_artifacts_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw UsageError("--artifacts " + dir + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) throw UsageError("--artifacts " + dir + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw UsageError("--artifacts " + dir + ": " + std::strerror(ENOTDIR));
+}
+
 // The profile's spec with the flags applied; flags may only tighten limits.
 RunSpec spec_from_options(const SandboxOptions& opt) {
   const Profile profile = load_profile_or_explain(opt.profile);
@@ -134,8 +185,7 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
     set_env(spec.env, std::move(key), std::move(value));
   }
   RunOverrides overrides;
-  if (opt.timeout_sec > 0) {
-    if (!std::isfinite(opt.timeout_sec)) throw UsageError("--timeout must be a number of seconds");
+  if (opt.timeout_sec > 0) {  // the validator refused 0, negatives and nan
     overrides.wall_time =
         std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(opt.timeout_sec * 1000))));
   }
@@ -155,8 +205,28 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
     spec.workspace->inputs.emplace_back(file, name);
   }
   if (spec.workspace) spec.workspace->artifacts_dir = opt.artifacts_dir;
+  if (!opt.artifacts_dir.empty()) check_artifacts_dir(opt.artifacts_dir);
   if (opt.best_effort) spec.limits.best_effort = true;
   return spec;
+}
+
+// A cgroup parent applies to cgroup v2 only: on a host whose runs go to v1
+// hierarchies it would be ignored, and the runs would escape the slice the
+// operator named. Refused instead, as is a parent that is not there.
+void check_cgroup_parent(const Launcher& launcher, const RunSpec& spec, const std::string& parent) {
+  if (parent.empty()) return;
+  struct stat st {};
+  if (parent[0] != '/') throw UsageError("--cgroup-parent: expected an absolute path, got '" + parent + "'");
+  if (::stat(parent.c_str(), &st) != 0) throw UsageError("--cgroup-parent " + parent + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw UsageError("--cgroup-parent " + parent + ": " + std::strerror(ENOTDIR));
+  std::set<std::string> needed = controllers_for(spec.limits.cgroup);
+  if (needed.empty()) needed = {"memory", "cpu", "pids"};
+  // (With no controller in either version the launcher refuses the run
+  // itself, naming what is missing.)
+  if (launcher.cgroup_host().choose(needed) == "v1")
+    throw UsageError("--cgroup-parent " + parent +
+                     ": this host enforces the run's limits through cgroup v1, where a cgroup v2 parent does not "
+                     "apply");
 }
 
 int run_command(const RunOptions& opt) {
@@ -165,6 +235,7 @@ int run_command(const RunOptions& opt) {
   spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
+  check_cgroup_parent(launcher, spec, opt.sandbox.cgroup_parent);
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
@@ -195,6 +266,9 @@ std::string read_all(std::istream& in) {
 
 std::string read_input_file(const std::string& flag, const std::string& path) {
   if (path == "-") return read_all(std::cin);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // it would open, and read as empty
+    throw UsageError(flag + ": cannot read " + path + ": " + std::strerror(EISDIR));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(flag + ": cannot read " + path + ": " + std::strerror(errno));
   return read_all(in);
@@ -206,14 +280,23 @@ int exec_command(const ExecOptions& opt) {
   if (!language) throw UsageError("--lang: unsupported language '" + opt.language + "' (python, javascript, node, js)");
   request.language = *language;
   request.code = read_input_file("--code", opt.code_file);
+  const std::string inputs_flag = opt.inputs_file.empty() ? "--inputs" : "--inputs-file " + opt.inputs_file;
   const std::string inputs_text =
       opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
-  request.inputs = nlohmann::ordered_json::parse(inputs_text, nullptr, false);
-  if (request.inputs.is_discarded()) throw UsageError("--inputs: not valid JSON");
-  if (!request.inputs.is_object()) throw UsageError("--inputs: must be a JSON object");
+  // Checked before parsing: the parser recurses, and a deep enough document
+  // would overflow its stack. The node holds requests to the same bound.
+  if (json_nesting_depth(inputs_text) > kMaxJsonDepth)
+    throw UsageError(inputs_flag + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  try {
+    request.inputs = nlohmann::ordered_json::parse(inputs_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(inputs_flag + ": not valid JSON: " + e.what());
+  }
+  if (!request.inputs.is_object()) throw UsageError(inputs_flag + ": must be a JSON object");
   RunSpec spec = spec_from_options(opt.sandbox);
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
+  check_cgroup_parent(launcher, spec, opt.sandbox.cgroup_parent);
   ExecOutcome outcome = run_exec(launcher, spec, request, cancel.get());
   std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
   return outcome.run.status == RunStatus::kSetupError ? 125 : 0;
@@ -237,6 +320,33 @@ int exec_command(const ExecOptions& opt) {
   std::exit(126);
 }
 
+// For `nsbox run`: what follows its first "--", if there is one.
+std::optional<std::vector<std::string>> command_after_separator(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "run") return std::nullopt;
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--") return std::vector<std::string>(argv + i + 1, argv + argc);
+  return std::nullopt;
+}
+
+// The command of `nsbox run`. What CLI11 did not take as an option before
+// "--" is a mistyped option or a stray word, never part of the command:
+// `--memroy 16MiB` must not run unlimited with the flag as an argument.
+std::vector<std::string> command_of_run(std::vector<std::string> positional,
+                                        const std::optional<std::vector<std::string>>& after_separator) {
+  if (after_separator) {
+    if (!positional.empty()) {
+      std::string words;
+      for (const auto& w : positional) words += (words.empty() ? "" : " ") + w;
+      throw UsageError("unknown option or argument before --: " + words + " (see nsbox run --help)");
+    }
+    positional = *after_separator;
+  } else if (!positional.empty() && positional[0].starts_with('-')) {
+    throw UsageError("unknown option " + positional[0] + " (see nsbox run --help; the command goes after --)");
+  }
+  if (positional.empty()) throw UsageError("no command given (expected: nsbox run [OPTIONS] -- CMD [ARGS...])");
+  return positional;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -249,8 +359,11 @@ int cli_main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run CMD in a new sandbox and exit with its exit code");
   add_sandbox_options(run, run_opt.sandbox);
   run->add_flag("--json", run_opt.json, "Capture output and print a JSON Result");
-  run->add_option("command", run_opt.command, "CMD ARGS... (after --)")->required();
+  // No positional option: CLI11 would take CMD into it and the arguments
+  // that look like options out of order. The first word CLI11 does not
+  // know ends the options; command_of_run checks it is not a mistyped one.
   run->prefix_command();
+  run->footer("The command: nsbox run [OPTIONS] -- CMD [ARGS...]\n");
 
   ExecOptions exec_opt;
   auto* exec = app.add_subcommand("exec", "Run agent code (class Args, main(args)) and print its result as JSON");
@@ -277,20 +390,19 @@ int cli_main(int argc, char** argv) {
   doctor->add_option("--profile", doctor_profiles,
                      "Also report what this profile (NAME or FILE; repeatable) would lose here");
 
+  // `nsbox run [OPTIONS] -- CMD...`: the command is all after the first
+  // "--", set apart before CLI11 parses the options.
+  const std::optional<std::vector<std::string>> after_separator = command_after_separator(argc, argv);
+  const int option_argc = after_separator ? argc - static_cast<int>(after_separator->size()) - 1 : argc;
   try {
-    app.parse(argc, argv);
+    app.parse(option_argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kUsageExit;
   }
 
   try {
     if (*run) {
-      // CLI11 reports the "--" separator itself among the remaining
-      // arguments; it is nsbox's, not part of the command.
-      std::vector<std::string> rest = run->remaining();
-      const bool separated = std::find(argv + 1, argv + argc, std::string("--")) != argv + argc;
-      if (separated && !rest.empty() && rest.back() == "--") rest.pop_back();
-      run_opt.command.insert(run_opt.command.end(), rest.begin(), rest.end());
+      run_opt.command = command_of_run(run->remaining(), after_separator);
       return run_command(run_opt);
     }
     if (*exec) return exec_command(exec_opt);

@@ -87,6 +87,10 @@ std::string format_cpus(double cpus) {
   throw UsageError(what + " " + asked + " exceeds the profile's limits." + key + " of " + allowed);
 }
 
+[[noreturn]] void refuse_below(const std::string& what, const std::string& asked, const std::string& lowest) {
+  throw UsageError(what + " " + asked + " is below the lowest limit nsbox enforces, " + lowest);
+}
+
 }  // namespace
 
 void apply_overrides(const Profile& p, const RunOverrides& o, RunSpec& spec) {
@@ -94,23 +98,30 @@ void apply_overrides(const Profile& p, const RunOverrides& o, RunSpec& spec) {
   if (o.wall_time) {
     if (*o.wall_time > p.limits.wall_time)
       refuse("timeout", format_duration(*o.wall_time), "wall_time", format_duration(p.limits.wall_time));
+    if (*o.wall_time < kMinLimitTime)
+      refuse_below("timeout", format_duration(*o.wall_time), format_duration(kMinLimitTime));
     l.wall_time = *o.wall_time;
   }
   if (o.cpu_time) {
     if (*o.cpu_time > p.limits.cpu_time)
       refuse("cpu time", format_duration(*o.cpu_time), "cpu_time", format_duration(p.limits.cpu_time));
+    if (*o.cpu_time < kMinLimitTime)
+      refuse_below("cpu time", format_duration(*o.cpu_time), format_duration(kMinLimitTime));
     l.cpu_time = *o.cpu_time;
   }
   if (o.memory) {
     if (*o.memory > p.limits.memory) refuse("memory", format_size(*o.memory), "memory", format_size(p.limits.memory));
+    if (*o.memory < kMinMemoryLimit) refuse_below("memory", format_size(*o.memory), format_size(kMinMemoryLimit));
     l.cgroup.memory_bytes = *o.memory;
   }
   if (o.pids) {
     if (*o.pids > p.limits.pids) refuse("pids", std::to_string(*o.pids), "pids", std::to_string(p.limits.pids));
+    if (*o.pids < 1) refuse_below("pids", std::to_string(*o.pids), "1");
     l.cgroup.pids = *o.pids;
   }
   if (o.cpus) {
     if (*o.cpus > p.limits.cpus) refuse("cpus", format_cpus(*o.cpus), "cpus", format_cpus(p.limits.cpus));
+    if (!(*o.cpus >= kMinCpus)) refuse_below("cpus", format_cpus(*o.cpus), format_cpus(kMinCpus));
     l.cgroup.cpus = *o.cpus;
   }
 }

@@ -40,12 +40,12 @@ constexpr size_t kMaxNameLength = 64;
 constexpr char kEmbeddedFile[] = "<embedded>";
 
 // Ranges: wide enough for any real tenant, narrow enough to catch typos.
-constexpr milliseconds kMinTime{10};
+constexpr milliseconds kMinTime = kMinLimitTime;
 constexpr milliseconds kMaxTime{24 * 3600 * 1000};
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr uint64_t kTiB = 1ull << 40;
-constexpr uint64_t kMinMemory = 16 * kMiB;
+constexpr uint64_t kMinMemory = kMinMemoryLimit;
 constexpr uint64_t kMinTmpfs = 1 * kMiB;
 constexpr uint64_t kMaxOutput = 256 * kMiB;
 constexpr uint64_t kMaxArtifacts = 100000;
@@ -147,7 +147,7 @@ void apply_limits(const Field& f, ProfileLimits& l) {
                  {"cpu_time", [&](const Field& v) { l.cpu_time = v.duration(kMinTime, kMaxTime); }},
                  {"memory", [&](const Field& v) { l.memory = v.size(kMinMemory, kTiB); }},
                  {"pids", [&](const Field& v) { l.pids = v.integer(1, 65536); }},
-                 {"cpus", [&](const Field& v) { l.cpus = v.number(0.01, 1024); }},
+                 {"cpus", [&](const Field& v) { l.cpus = v.number(kMinCpus, 1024); }},
                  {"tmpfs", [&](const Field& v) { l.tmpfs = v.size(kMinTmpfs, kTiB); }},
                  {"stdout", [&](const Field& v) { l.stdout_bytes = v.size(0, kMaxOutput); }},
                  {"stderr", [&](const Field& v) { l.stderr_bytes = v.size(0, kMaxOutput); }},

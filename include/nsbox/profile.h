@@ -63,6 +63,13 @@ struct ProfileWorkspace {
 
 enum class Enforcement { kStrict, kBestEffort };
 
+// The lowest limits a profile may set. A run's overrides are held to them
+// too: below them a limit stops working (a memory.max of 0 is no limit,
+// 1ms of CPU time is less than the supervisor's sampling).
+inline constexpr std::chrono::milliseconds kMinLimitTime{10};
+inline constexpr uint64_t kMinMemoryLimit = 16ull << 20;
+inline constexpr double kMinCpus = 0.01;
+
 struct ProfileLimits {
   std::chrono::milliseconds wall_time{30000};
   std::chrono::milliseconds cpu_time{30000};

@@ -183,6 +183,22 @@ TEST(ExecCli, BadLanguageAndInputsAreUsageErrors) {
   r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs", "[1]"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--inputs: must be a JSON object"), std::string::npos) << r.err;
+  r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs", "{\"a\":"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--inputs: not valid JSON: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unexpected end of input"), std::string::npos) << "the parser's reason\n" << r.err;
+  r = run_cli({"exec", "--lang", "python", "--code", "/tmp", "--inputs", "{}"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--code: cannot read /tmp: Is a directory"), std::string::npos) << r.err;
+}
+
+TEST(ExecCli, DeeplyNestedInputsAreRefusedNotACrash) {
+  // The JSON parser recurses: 60000 levels once overflowed its stack.
+  TempDir dir;
+  const std::string deep = dir.write("deep.json", std::string(60000, '[') + std::string(60000, ']'));
+  CliResult r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs-file", deep});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--inputs-file " + deep + ": nested deeper than 1000 levels"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -113,6 +113,81 @@ TEST(ProfileEffects, OverridesOnlyTighten) {
   EXPECT_EQ(ok["status"], "oom") << ok.dump();
 }
 
+TEST(ProfileEffects, AnOverrideBelowTheLowestLimitIsRefusedNotDropped) {
+  // 0 would mean "no limit" further down: a run asking for less than the
+  // lowest enforced limit must not end up with none.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--memory", "0B"}, "nsbox: memory 0B is below the lowest limit nsbox enforces, 16MiB\n"},
+      {{"--memory", "1MiB"}, "nsbox: memory 1MiB is below the lowest limit nsbox enforces, 16MiB\n"},
+      {{"--cpu-time", "0s"}, "nsbox: cpu time 0s is below the lowest limit nsbox enforces, 10ms\n"},
+      {{"--timeout", "0.001"}, "nsbox: timeout 1ms is below the lowest limit nsbox enforces, 10ms\n"},
+      {{"--cpus", "0.001"}, "nsbox: cpus 0.001 is below the lowest limit nsbox enforces, 0.01\n"},
+  };
+  for (const auto& [flags, error] : cases) {
+    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << flags[0];
+    EXPECT_EQ(r.err, error);
+  }
+}
+
+TEST(ProfileEffects, AMistypedOptionIsRefusedNotPassedToTheCommand) {
+  // Once, `--memroy 16MiB` ran unlimited with the flag among the command's
+  // arguments.
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--memroy=16MiB", "--", "echo", "ran"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "nsbox: unknown option or argument before --: --memroy=16MiB (see nsbox run --help)\n");
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--bogus", "echo", "ran"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "nsbox: unknown option --bogus (see nsbox run --help; the command goes after --)\n");
+  // The command's own options stay its own, in order, with or without --.
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--", "echo", "-n", "a", "--b"});
+  EXPECT_EQ(r.out, "a --b");
+  r = run_cli({"run", "--rootfs", test_rootfs(), "echo", "-n", "a", "--b"});
+  EXPECT_EQ(r.out, "a --b");
+  for (const auto& flags : std::vector<std::vector<std::string>>{{"--timeout", "nan"},
+                                                                 {"--timeout", "5s"},
+                                                                 {"--cpus", "nan"},
+                                                                 {"--pids", "99999999999999999999"},
+                                                                 {"--memory", ""},
+                                                                 {"--rootfs", ""}}) {
+    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    CliResult bad = run_cli(args);
+    EXPECT_EQ(bad.exit_code, 2) << flags[0] << " " << flags[1];
+    EXPECT_NE(bad.err.find(flags[0] + ": "), std::string::npos) << bad.err;
+  }
+}
+
+TEST(ProfileEffects, ABadArtifactsDirectoryIsRefusedBeforeTheRun) {
+  Scratch s;
+  CliResult r = run_cli(
+      {"run", "--rootfs", test_rootfs(), "--artifacts", s.path() + "/missing/deep", "--", "sh", "-c", "echo ran"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "") << "the workload must not run";
+  EXPECT_EQ(r.err, "nsbox: --artifacts " + s.path() + "/missing/deep: No such file or directory\n");
+}
+
+TEST(ProfileEffects, ACgroupParentThatCannotApplyIsRefused) {
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", "/nonexistent/slice", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "nsbox: --cgroup-parent /nonexistent/slice: No such file or directory\n");
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", "relative/slice", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "nsbox: --cgroup-parent: expected an absolute path, got 'relative/slice'\n");
+  if (launcher().cgroup_host().choose({"memory", "cpu", "pids"}) == "v1" && launcher().cgroup_host().v2_mount) {
+    // A hybrid host (this one): the v2 mount exists but runs use v1.
+    r = run_cli(
+        {"run", "--rootfs", test_rootfs(), "--cgroup-parent", *launcher().cgroup_host().v2_mount, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("where a cgroup v2 parent does not apply"), std::string::npos) << r.err;
+  }
+}
+
 TEST(ProfileEffects, OpenJiuwenConfigRunsPythonAndNodeUnderItsAllowList) {
   Scratch s;
   CliResult c = run_cli({"check", "--from", "openjiuwen",
