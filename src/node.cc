@@ -271,12 +271,20 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     res.set_header("Connection", "close");
     return reply(req, res, 401, error_body(why));
   }
+  if (req.is_multipart_form_data()) {
+    // cpp-httplib reads such a body only part by part, which no request of
+    // this API is.
+    metrics_.rejected("bad_request");
+    res.set_header("Connection", "close");
+    return reply(req, res, 415,
+                 error_body("a multipart/form-data body is not a run request: send the request as a JSON object"));
+  }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
   const uint64_t limit = cfg->body_limit;
   std::string body;
   bool too_large = false;
-  reader([&](const char* data, size_t size) {
+  const bool complete = reader([&](const char* data, size_t size) {
     if (body.size() + size > limit) {
       too_large = true;
       return false;
@@ -288,6 +296,15 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     metrics_.rejected("too_large");
     res.set_header("Connection", "close");
     return reply(req, res, 413, error_body("request body exceeds the node's limit of " + format_size(limit)));
+  }
+  if (!complete) {
+    // The client went away or stalled mid-body: what arrived is not the
+    // request it meant, and is never run.
+    metrics_.rejected("bad_request");
+    res.set_header("Connection", "close");
+    return reply(req, res, 400,
+                 error_body("the request body ended early (" + std::to_string(body.size()) +
+                            " bytes arrived before the connection closed or timed out)"));
   }
   handle_run(req, body, res, *cfg, *tenant, li, native);
 }

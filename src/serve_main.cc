@@ -57,9 +57,14 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string listen;
   bool check = false;
-  app.add_option("--config", config_path,
-                 "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080");
-  app.add_option("--listen", listen, "Listen on ADDR:PORT only (replaces the config's listeners)");
+  // An empty value (an unset variable in a unit file) must not fall back to
+  // the built-in config: that is a node open to anyone without a token.
+  const CLI::Validator non_empty(
+      [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); },
+      "", "non-empty");
+  app.add_option("--config", config_path, "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080")
+      ->check(non_empty);
+  app.add_option("--listen", listen, "Listen on ADDR:PORT only (replaces the config's listeners)")->check(non_empty);
   app.add_flag("--check", check, "Validate the config and its profiles, print a summary and exit");
   try {
     app.parse(argc, argv);

@@ -192,6 +192,19 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   EXPECT_EQ(health->status, 200);
 }
 
+TEST_F(Node, AMultipartFormIsRefusedWithWhatToSendInstead) {
+  const httplib::MultipartFormDataItems form = {{"code", "def main(args):\n    return 1", "", ""}};
+  auto r = node_.client().Post("/run", form);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 415);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"a multipart/form-data body is not a run request: send the request as a "
+            "JSON object\"}");
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
 TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   // curl -d sends application/x-www-form-urlencoded; the platform's gateway
   // sends JSON. Both work, also past 8 KiB, and chunked over the limit is 413.
@@ -390,6 +403,31 @@ TEST_F(NodeWithTenants, SigtermKillsRunsThatOutliveTheGracePeriod) {
   EXPECT_TRUE(dir_entries(node_.tmp()).empty());
 }
 
+TEST_F(NodeWithTenants, ABodyThatEndsEarlyIsNeverRun) {
+  // A complete request's first 34 bytes of an announced 100, then the
+  // client stalls past client_timeout (1s here): once this ran the part
+  // that came.
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
+  const std::string sent = "{\"code\": \"def main(a): return 42\"}";
+  const std::string head =
+      "POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme-token-0123456789abcdef\r\n"
+      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+  ASSERT_EQ(::send(s, (head + sent).data(), head.size() + sent.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(head.size() + sent.size()));
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string answer = read_answer(s);
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find("the request body ended early (34 bytes arrived"), std::string::npos) << answer;
+  auto metrics = node_.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("nsbox_runs_total{"), std::string::npos) << "nothing ran\n" << metrics->body;
+  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"bad_request\"} 1"), std::string::npos)
+      << metrics->body;
+}
+
 TEST_F(NodeWithTenants, SighupSaysWhichServerSettingsWaitForARestart) {
   std::string config = kTenantConfig;
   const std::string old_limits = "  max_concurrent: 1\n  queue_depth: 0\n  grace_period: 1s\n  client_timeout: 1s\n";
@@ -497,6 +535,13 @@ TEST(NodeListeners, ABadFlagExitsWithTheUsageCode) {
   EXPECT_NE(r.err.find("--chek"), std::string::npos) << r.err;
   r = run_cli({"serve", "--config"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
+  // An unset variable in a unit file must not start the built-in node, which
+  // takes requests without a token.
+  r = run_cli({"serve", "--config", "", "--check"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.err.find("--config: an empty value is not allowed"), std::string::npos) << r.err;
+  r = run_cli({"serve", "--listen", "", "--check"});
+  EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_EQ(run_cli({"serve", "--help"}).exit_code, 0);
 }
 
