@@ -446,20 +446,24 @@ TEST_F(ForkServer, ARunEndsWhenItsSupervisorDies) {
 }
 
 TEST_F(ForkServer, AMissIsForkedToo) {
-  // Three at once against a pool of one: the ones that find no warm
-  // sandbox are forked at the request.
-  std::vector<json> results(3);
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < results.size(); ++i)
-    threads.emplace_back([&, i] {
-      results[i] = run_as(node_, "import time\ndef main(args):\n    time.sleep(0.5)\n    return 1", true);
-    });
-  for (auto& t : threads) t.join();
+  // Four at once against a pool of one: the ones that find no warm sandbox
+  // are forked at the request. A request that arrives once the refill is
+  // starting waits for it instead (warm): on a slow machine a whole burst
+  // can, so bursts are repeated until one has a miss, at most five.
   int forked = 0;
-  for (const auto& r : results) {
-    EXPECT_EQ(r["return"], 1) << r.dump();
-    EXPECT_NE(r["pool"], "cold") << "a miss started an interpreter: " << r.dump();
-    forked += r["pool"] == "forked";
+  for (int burst = 0; burst < 5 && forked == 0; ++burst) {
+    std::vector<json> results(4);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < results.size(); ++i)
+      threads.emplace_back([&, i] {
+        results[i] = run_as(node_, "import time\ndef main(args):\n    time.sleep(0.5)\n    return 1", true);
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& r : results) {
+      EXPECT_EQ(r["return"], 1) << r.dump();
+      EXPECT_NE(r["pool"], "cold") << "a miss started an interpreter: " << r.dump();
+      forked += r["pool"] == "forked";
+    }
   }
   EXPECT_GE(forked, 1);
 }
