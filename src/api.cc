@@ -68,6 +68,56 @@ size_t json_nesting_depth(std::string_view text, size_t limit) {
   return deepest;
 }
 
+namespace {
+
+// The code unit of the \uXXXX escape at text[i] (text[i] is the backslash),
+// or -1 when there is none there.
+int escaped_code_unit(std::string_view text, size_t i) {
+  if (i + 6 > text.size() || text[i] != '\\' || text[i + 1] != 'u') return -1;
+  int unit = 0;
+  for (size_t k = i + 2; k < i + 6; ++k) {
+    const char c = text[k];
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    unit = unit * 16 + digit;
+  }
+  return unit;
+}
+
+bool is_high_surrogate(int unit) { return unit >= 0xD800 && unit <= 0xDBFF; }
+bool is_low_surrogate(int unit) { return unit >= 0xDC00 && unit <= 0xDFFF; }
+
+}  // namespace
+
+std::string replace_lone_surrogate_escapes(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (!in_string || c != '\\') {
+      if (c == '"') in_string = !in_string;
+      out += c;
+      continue;
+    }
+    const int unit = escaped_code_unit(text, i);
+    if (is_high_surrogate(unit) && is_low_surrogate(escaped_code_unit(text, i + 6))) {
+      out.append(text.substr(i, 12));  // a pair: one character
+      i += 11;
+    } else if (is_high_surrogate(unit) || is_low_surrogate(unit)) {
+      out += "\\ufffd";
+      i += 5;
+    } else {
+      out.append(text.substr(i, 2));  // any other escape, \" and \\ included
+      i += 1;
+    }
+  }
+  return out;
+}
+
 DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned) {
   DecodedRequest d;
   if (json_nesting_depth(body) > kMaxJsonDepth) {

@@ -30,8 +30,15 @@ std::string signal_name(int sig) {
 
 // The runner's result, validated: user code shares the runner's process and
 // can write to fd 3, so nothing is trusted beyond its shape.
-bool parse_runner_result(const Result& run, ExecOutcome& out) {
-  if (run.fd3_truncated || run.fd3_data.empty()) return false;
+bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& out) {
+  if (run.fd3_data.empty()) return false;
+  if (run.fd3_truncated) {
+    out.status = "error";
+    out.error_type = "serialization";
+    out.error = "the return value is larger than the result limit of " + std::to_string(result_bytes >> 20) +
+                " MiB once encoded as JSON";
+    return true;
+  }
   if (json_nesting_depth(run.fd3_data) > kMaxJsonDepth) {
     out.status = "error";
     out.error_type = "serialization";
@@ -39,6 +46,8 @@ bool parse_runner_result(const Result& run, ExecOutcome& out) {
     return true;
   }
   auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
+  // Lone surrogates have no UTF-8 form: they come back as U+FFFD.
+  if (j.is_discarded()) j = nlohmann::ordered_json::parse(replace_lone_surrogate_escapes(run.fd3_data), nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;
   for (const char* key : kResultKeys)
     if (!j.contains(key)) return false;
@@ -145,7 +154,7 @@ ExecOutcome outcome_of(const RunSpec& spec, Result run) {
   // A result counts only when the runner also finished normally: a workload
   // killed after writing one still ran out of time or memory.
   const bool finished = out.run.status == RunStatus::kOk;
-  if (!(finished && parse_runner_result(out.run, out))) describe_failure(spec, out.run, out);
+  if (!(finished && parse_runner_result(out.run, spec.result_bytes, out))) describe_failure(spec, out.run, out);
   return out;
 }
 

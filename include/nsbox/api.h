@@ -23,6 +23,12 @@ constexpr size_t kMaxJsonDepth = 1000;
 // limit + 1 as soon as it is exceeded. Not a validator.
 size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
 
+// text with every \uXXXX escape of a lone UTF-16 surrogate (one not in a
+// high-low pair) replaced by \ufffd. The runners write such strings this
+// way (Python "\udcff", JavaScript String.fromCharCode(0xd800)); a JSON
+// parser that builds UTF-8 refuses them. Not a validator.
+std::string replace_lone_surrogate_escapes(std::string_view text);
+
 struct RunRequest {
   ExecRequest exec;
   // The request's "timeout" (seconds in the body); the profile's wall time

@@ -248,6 +248,32 @@ TEST_F(Node, DeepNestingIsRefusedInRequestsAndResults) {
   ASSERT_TRUE(health) << "the node survived";
 }
 
+TEST_F(Node, LoneSurrogatesInAResultComeBackAsReplacementCharacters) {
+  // Python keeps a lone surrogate in a str; JavaScript in a string. Neither has
+  // a UTF-8 form, so the answer carries U+FFFD in its place, keys included.
+  auto r = post(node_.client(), "/run", request("def main(args):\n    return {'k\\udc80': 'a\\udcffb\\ud83d\\ude00'}"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body,
+            "{\"return\": {\"k\xEF\xBF\xBD\": \"a\xEF\xBF\xBD"
+            "b\xF0\x9F\x98\x80\"}, \"error\": null}");
+  r = post(
+      node_.client(), "/run",
+      request("function main(args) {\n  return [String.fromCharCode(0xd800), String.fromCharCode(0xdfff) + 'x'];\n}",
+              nlohmann::ordered_json::object(), 0, "javascript"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": [\"\xEF\xBF\xBD\", \"\xEF\xBF\xBDx\"], \"error\": null}");
+}
+
+TEST_F(Node, AResultOverTheLimitIsNamedAsSuch) {
+  auto r = post(node_.client(), "/run", request("def main(args):\n    return 'x' * (17 << 20)"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"the return value is larger than the result limit of 16 MiB once encoded "
+            "as JSON\"}");
+}
+
 TEST_F(Node, MetricsCountRunsAndRejections) {
   auto c = node_.client();
   post(c, "/run", request("def main(args):\n    return 1"));

@@ -246,6 +246,23 @@ TEST(JsonNestingDepth, CountsArraysAndObjectsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("[[]][[]]"), 2u);
 }
 
+TEST(LoneSurrogateEscapes, AreReplacedAndPairsAndOtherEscapesKept) {
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"({"a": "x\udcffy"})"), R"({"a": "x\ufffdy"})");
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"(["\uD800", "\ud800\u0041"])"), R"(["\ufffd", "\ufffd\u0041"])")
+      << "a high surrogate without its low half, upper or lower case";
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"(["\ud83d\ude00"])"), R"(["\ud83d\ude00"])") << "a pair is one character";
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"(["\ude00\ud83d"])"), R"(["\ufffd\ufffd"])")
+      << "a pair in the wrong order";
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"(["\\ud800", "\"\\\ud800"])"), R"(["\\ud800", "\"\\\ufffd"])")
+      << "an escaped backslash before ud800 is text, not an escape";
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"({"\udc00": 1})"), R"({"\ufffd": 1})") << "keys too";
+  EXPECT_EQ(replace_lone_surrogate_escapes(R"("\ud8)"), R"("\ud8)") << "a cut escape is left to the parser";
+  // What the parser refused before, it now reads.
+  auto j = nlohmann::json::parse(replace_lone_surrogate_escapes(R"({"a": "\udcff"})"), nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["a"], "\xEF\xBF\xBD");
+}
+
 TEST(DecodeRunRequest, RefusesDeepNestingBeforeParsing) {
   std::string body = R"({"code": "x", "inputs": {"a": )" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   auto d = decode_run_request(body, std::nullopt);
