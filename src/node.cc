@@ -1,11 +1,13 @@
 #include "nsbox/node.h"
 
 #include <signal.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -143,6 +145,46 @@ const char* status_message(int status) {
   }
 }
 
+// Why a request's framing is refused, or "" when it is sound. cpp-httplib
+// takes the first of two Content-Length headers, reads "abc" as 0 and
+// accepts any Transfer-Encoding: behind a proxy that frames differently,
+// such a request could smuggle a second one past it.
+std::string framing_error(const httplib::Request& req) {
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  const size_t encodings = req.get_header_value_count("Transfer-Encoding");
+  if (lengths > 1) return "more than one Content-Length header";
+  if (encodings > 1) return "more than one Transfer-Encoding header";
+  if (lengths && encodings) return "both Content-Length and Transfer-Encoding: send one";
+  if (lengths) {
+    const std::string value = req.get_header_value("Content-Length");
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+      return "Content-Length is not a number of bytes: \"" + value.substr(0, 40) + "\"";
+  }
+  if (encodings && ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)
+    return "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
+           "\" is not supported: send chunked or a Content-Length";
+  return "";
+}
+
+// A browser names the page that sent a request in Origin, and in
+// Sec-Fetch-Site how it relates to the node; the platform's gateway, curl and
+// other programs send neither. A page from an origin the operator did not
+// list may not make the node run code (a tokenless loopback listener would
+// otherwise run what any web page open in the operator's browser sends).
+std::string refused_origin(const httplib::Request& req, const std::vector<std::string>& allowed) {
+  if (req.has_header("Origin")) {
+    const std::string origin = req.get_header_value("Origin");
+    if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) return "";
+    return "forbidden: a request from the web page origin \"" + origin.substr(0, 200) +
+           "\" may not run code here; the operator lists allowed origins in cors.allow_origins";
+  }
+  const std::string site = req.get_header_value("Sec-Fetch-Site");
+  if (site == "cross-site" || site == "same-site")
+    return "forbidden: a browser request from another site (Sec-Fetch-Site: " + site +
+           ") without an Origin may not run code here";
+  return "";
+}
+
 class Node {
  public:
   Node(NodeOptions options, NodeConfig config, const Spawner& spawner)
@@ -171,6 +213,9 @@ class Node {
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
   void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
+  // A refusal after which the connection is closed: the body may be unread.
+  void reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
+              const std::string& message) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                    std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -217,6 +262,13 @@ void Node::reply(const httplib::Request& req, httplib::Response& res, int status
   add_cors(req, res);
 }
 
+void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
+                  const std::string& message) const {
+  metrics_.rejected(reason);
+  res.set_header("Connection", "close");
+  reply(req, res, status, error_body(message));
+}
+
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                        std::string& why) const {
   if (!req.has_header("Authorization")) {
@@ -261,23 +313,21 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
   auto cfg = config();
+  if (std::string why = refused_origin(req, cfg->cors_origins); !why.empty())
+    return reject(req, res, "forbidden", 403, why);
   // Who is asking is decided from the headers, before a byte of the body is
   // held: an anonymous client cannot make the node buffer bodies.
   std::string why;
   const TenantConfig* tenant = authenticate(*cfg, cfg->listeners[li], req, why);
   if (!tenant) {
-    metrics_.rejected("unauthorized");
     res.set_header("WWW-Authenticate", "Bearer");
-    res.set_header("Connection", "close");
-    return reply(req, res, 401, error_body(why));
+    return reject(req, res, "unauthorized", 401, why);
   }
   if (req.is_multipart_form_data()) {
     // cpp-httplib reads such a body only part by part, which no request of
     // this API is.
-    metrics_.rejected("bad_request");
-    res.set_header("Connection", "close");
-    return reply(req, res, 415,
-                 error_body("a multipart/form-data body is not a run request: send the request as a JSON object"));
+    return reject(req, res, "bad_request", 415,
+                  "a multipart/form-data body is not a run request: send the request as a JSON object");
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
@@ -292,19 +342,14 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     body.append(data, size);
     return true;
   });
-  if (too_large) {
-    metrics_.rejected("too_large");
-    res.set_header("Connection", "close");
-    return reply(req, res, 413, error_body("request body exceeds the node's limit of " + format_size(limit)));
-  }
+  if (too_large)
+    return reject(req, res, "too_large", 413, "request body exceeds the node's limit of " + format_size(limit));
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
     // request it meant, and is never run.
-    metrics_.rejected("bad_request");
-    res.set_header("Connection", "close");
-    return reply(req, res, 400,
-                 error_body("the request body ended early (" + std::to_string(body.size()) +
-                            " bytes arrived before the connection closed or timed out)"));
+    return reject(req, res, "bad_request", 400,
+                  "the request body ended early (" + std::to_string(body.size()) +
+                      " bytes arrived before the connection closed or timed out)");
   }
   handle_run(req, body, res, *cfg, *tenant, li, native);
 }
@@ -383,6 +428,10 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->set_tcp_nodelay(true);
   svr->set_payload_max_length(cfg->body_limit);
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (std::string why = framing_error(req); !why.empty()) {
+      reject(req, res, "bad_request", 400, why);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     // cpp-httplib would wait for the body before refusing it; the declared
     // length is enough to answer at once.
     if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;

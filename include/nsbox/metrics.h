@@ -22,7 +22,8 @@ class Metrics {
   void run_finished(const std::string& tenant, const std::string& language, const std::string& status, double seconds);
   // A run's egress totals (its Result's `network`, or null without egress).
   void egress_finished(const std::string& tenant, const nlohmann::ordered_json& network);
-  // A request refused before any sandbox: overload, unauthorized, too_large,
+  // A request refused before any sandbox: overload, unauthorized, forbidden
+  // (a browser page from an unlisted origin), too_large,
   // bad_request, shutting_down.
   void rejected(const std::string& reason);
 

@@ -232,6 +232,92 @@ TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   EXPECT_EQ(health->status, 200);
 }
 
+// One request on its own connection, as written; the answer as read.
+std::string send_raw(int port, const std::string& request_text) {
+  int s = connect_loopback(port);
+  if (s < 0) return "connect failed";
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string answer = "send failed";
+  if (::send(s, request_text.data(), request_text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request_text.size()))
+    answer = read_answer(s);
+  ::close(s);
+  return answer;
+}
+
+TEST_F(Node, AmbiguousFramingIs400AndNeverRun) {
+  // Each would be read one way here and maybe another by a proxy in front:
+  // cpp-httplib alone took the first length, read "abc" as 0 and ignored an
+  // unknown Transfer-Encoding.
+  const std::string body = "{\"code\": \"def main(a):\\n    return 42\"}";
+  const std::string length = std::to_string(body.size());
+  const std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"Content-Length: " + length + "\r\nContent-Length: " + length + "\r\n", "more than one Content-Length header"},
+      {"Content-Length: abc\r\n", "Content-Length is not a number of bytes: \\\"abc\\\""},
+      {"Content-Length: -5\r\n", "Content-Length is not a number of bytes: \\\"-5\\\""},
+      {"Transfer-Encoding: xchunked\r\n",
+       "Transfer-Encoding \\\"xchunked\\\" is not supported: send chunked or a Content-Length"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: " + length + "\r\n",
+       "both Content-Length and Transfer-Encoding: send one"},
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "more than one Transfer-Encoding header"},
+  };
+  for (const auto& [headers, why] : cases) {
+    const std::string answer = send_raw(node_.port(), head + headers + "\r\n" + body);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << headers << answer;
+    EXPECT_NE(answer.find("{\"return\": null, \"error\": \"" + why + "\"}"), std::string::npos) << answer;
+  }
+  // Sound framing still runs, chunked included.
+  std::ostringstream chunk;
+  chunk << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+  std::string answer =
+      send_raw(node_.port(), head + "Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n" + chunk.str());
+  EXPECT_NE(answer.find("{\"return\": 42, \"error\": null}"), std::string::npos) << answer;
+  auto metrics = node_.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
+            std::string::npos)
+      << "only the sound request ran\n"
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"bad_request\"} 6"), std::string::npos)
+      << metrics->body;
+}
+
+TEST_F(Node, ABrowserPageFromAnUnlistedOriginCannotRunCode) {
+  // A page open in the operator's browser can POST text/plain to a tokenless
+  // loopback node without asking first (no CORS preflight); the browser names
+  // the page in Origin, and in Sec-Fetch-Site how it relates to the node.
+  const std::string body = request("def main(args):\n    return 42");
+  auto c = node_.client();
+  auto r = c.Post("/run", {{"Origin", "https://evil.example.net"}}, body, "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"forbidden: a request from the web page origin "
+            "\\\"https://evil.example.net\\\" may not run code here; the operator lists allowed origins in "
+            "cors.allow_origins\"}");
+  EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+  r = c.Post("/v1/runs", {{"Origin", "null"}}, body, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403) << "a sandboxed frame or a file: page sends Origin: null";
+  r = c.Post("/run", {{"Sec-Fetch-Site", "cross-site"}}, body, "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(r->body.find("Sec-Fetch-Site: cross-site"), std::string::npos) << r->body;
+  // Programs send neither, and a URL typed into the browser is "none".
+  r = c.Post("/run", {{"Sec-Fetch-Site", "none"}}, body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 42, \"error\": null}");
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
+            std::string::npos)
+      << "only the program's request ran\n"
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"forbidden\"} 3"), std::string::npos)
+      << metrics->body;
+}
+
 TEST_F(Node, DeepNestingIsRefusedInRequestsAndResults) {
   std::string body = R"({"code": "def main(a):\n    return 1", "inputs": {"a": )" + std::string(500000, '[') +
                      std::string(500000, ']') + "}}";
@@ -408,6 +494,13 @@ TEST_F(NodeWithTenants, CorsOnlyForListedOrigins) {
   EXPECT_EQ(r->status, 204);
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "GET, POST, OPTIONS");
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "Content-Type, Authorization");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://studio.example.com");
+  // A listed origin's page may run code, and read the answer.
+  r = c.Post("/run",
+             {{"Origin", "https://studio.example.com"}, {"Authorization", "Bearer acme-token-0123456789abcdef"}},
+             request("def main(args):\n    return 7"), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 7, \"error\": null}");
   EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://studio.example.com");
 }
 
