@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -289,6 +290,20 @@ std::set<std::string> controllers_for(const CgroupLimits& limits) {
   if (limits.cpus > 0) out.insert("cpu");
   if (limits.pids) out.insert("pids");
   return out;
+}
+
+std::string cgroup_parent_problem(const std::string& parent, const CgroupLimits& limits) {
+  if (parent.empty() || parent[0] != '/') return parent + ": expected an absolute path";
+  struct stat st {};
+  if (::stat(parent.c_str(), &st) != 0) return parent + ": " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return parent + ": " + std::strerror(ENOTDIR);
+  std::set<std::string> needed = controllers_for(limits);
+  if (needed.empty()) needed = {"memory", "cpu", "pids"};
+  // (With no controller in either version the launcher refuses the run
+  // itself, naming what is missing.)
+  if (CgroupHost::detect(parent).choose(needed) == "v1")
+    return parent + ": this host enforces the run's limits through cgroup v1, where a cgroup v2 parent does not apply";
+  return "";
 }
 
 namespace {

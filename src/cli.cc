@@ -213,20 +213,10 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
 // A cgroup parent applies to cgroup v2 only: on a host whose runs go to v1
 // hierarchies it would be ignored, and the runs would escape the slice the
 // operator named. Refused instead, as is a parent that is not there.
-void check_cgroup_parent(const Launcher& launcher, const RunSpec& spec, const std::string& parent) {
+void check_cgroup_parent(const RunSpec& spec, const std::string& parent) {
   if (parent.empty()) return;
-  struct stat st {};
-  if (parent[0] != '/') throw UsageError("--cgroup-parent: expected an absolute path, got '" + parent + "'");
-  if (::stat(parent.c_str(), &st) != 0) throw UsageError("--cgroup-parent " + parent + ": " + std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) throw UsageError("--cgroup-parent " + parent + ": " + std::strerror(ENOTDIR));
-  std::set<std::string> needed = controllers_for(spec.limits.cgroup);
-  if (needed.empty()) needed = {"memory", "cpu", "pids"};
-  // (With no controller in either version the launcher refuses the run
-  // itself, naming what is missing.)
-  if (launcher.cgroup_host().choose(needed) == "v1")
-    throw UsageError("--cgroup-parent " + parent +
-                     ": this host enforces the run's limits through cgroup v1, where a cgroup v2 parent does not "
-                     "apply");
+  if (std::string problem = cgroup_parent_problem(parent, spec.limits.cgroup); !problem.empty())
+    throw UsageError("--cgroup-parent " + problem);
 }
 
 int run_command(const RunOptions& opt) {
@@ -235,7 +225,7 @@ int run_command(const RunOptions& opt) {
   spec.stdio = opt.json ? StdioMode::kCapture : StdioMode::kInherit;
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
-  check_cgroup_parent(launcher, spec, opt.sandbox.cgroup_parent);
+  check_cgroup_parent(spec, opt.sandbox.cgroup_parent);
   Result result = launcher.run(spec, cancel.get());
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
@@ -296,7 +286,7 @@ int exec_command(const ExecOptions& opt) {
   RunSpec spec = spec_from_options(opt.sandbox);
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
-  check_cgroup_parent(launcher, spec, opt.sandbox.cgroup_parent);
+  check_cgroup_parent(spec, opt.sandbox.cgroup_parent);
   ExecOutcome outcome = run_exec(launcher, spec, request, cancel.get());
   std::cout << to_json(outcome).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
   return outcome.run.status == RunStatus::kSetupError ? 125 : 0;

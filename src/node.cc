@@ -20,9 +20,11 @@
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
 #include "nsbox/audit.h"
+#include "nsbox/cgroup.h"
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/metrics.h"
+#include "nsbox/profile_apply.h"
 #include "nsbox/spawner.h"
 #include "nsbox/units.h"
 
@@ -648,6 +650,18 @@ int Node::serve(const sigset_t& signals) {
   return 0;
 }
 
+// A cgroup_parent that cannot hold a tenant's runs would be ignored (on a
+// host whose limits are enforced through cgroup v1), and the runs would
+// escape the slice the operator named. Read at start only: not reloadable.
+void check_cgroup_parent(const NodeConfig& c) {
+  if (c.cgroup_parent.empty()) return;
+  for (const auto& tenant : c.tenants) {
+    const std::string problem = cgroup_parent_problem(c.cgroup_parent, spec_from_profile(tenant.profile).limits.cgroup);
+    if (!problem.empty())
+      throw ProfileError(c.source, 0, 0, "cgroup_parent " + problem + " (tenant " + tenant.name + ")");
+  }
+}
+
 }  // namespace
 
 NodeConfig load_node_config(const NodeOptions& options) {
@@ -657,6 +671,7 @@ NodeConfig load_node_config(const NodeOptions& options) {
     ListenerConfig l = parse_listen_address(*options.listen);
     c.listeners = {l};
   }
+  check_cgroup_parent(c);
   return c;
 }
 

@@ -54,6 +54,11 @@ struct CgroupHost {
 // Controllers a set of limits needs ("memory", "cpu", "pids").
 std::set<std::string> controllers_for(const CgroupLimits& limits);
 
+// Why `parent` cannot be the cgroup v2 parent of runs with these limits, or
+// "" when it can: it must be an absolute, existing directory, and this host
+// must enforce such limits through cgroup v2 (on v1 it would be ignored).
+std::string cgroup_parent_problem(const std::string& parent, const CgroupLimits& limits);
+
 struct CgroupUsage {
   int64_t cpu_ms = -1;  // -1: unknown
   int64_t peak_memory_bytes = -1;

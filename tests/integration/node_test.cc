@@ -648,6 +648,30 @@ TEST(NodeListeners, ABrokenConfigIsRefusedAtStartWithItsPosition) {
       << r.err;
 }
 
+TEST(NodeListeners, ACgroupParentThatCannotApplyIsRefusedAtStart) {
+  TempDir dir;
+  auto config_with_parent = [&](const std::string& parent) {
+    return dir.write("node.yaml", "tenants:\n  - name: a\n    profile: default\ncgroup_parent: " + parent + "\n");
+  };
+  std::string path = config_with_parent("/nonexistent/slice");
+  CliResult r = run_cli({"serve", "--config", path, "--check"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(path + ": cgroup_parent /nonexistent/slice: No such file or directory (tenant a)"),
+            std::string::npos)
+      << r.err;
+  const CgroupHost& host = launcher().cgroup_host();
+  if (host.choose({"memory", "cpu", "pids"}) == "v1" && host.v2_mount) {
+    // A hybrid host (this one): the v2 mount exists, but the runs' limits
+    // are v1 cgroups, which a v2 parent would not hold.
+    r = run_cli({"serve", "--config", config_with_parent(*host.v2_mount), "--check"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.err.find("where a cgroup v2 parent does not apply (tenant a)"), std::string::npos) << r.err;
+  } else if (host.choose({"memory", "cpu", "pids"}) == "v2") {
+    r = run_cli({"serve", "--config", config_with_parent(host.v2_self_dir), "--check"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
 TEST(NodeListeners, ABadFlagExitsWithTheUsageCode) {
   CliResult r = run_cli({"serve", "--chek"});
   EXPECT_EQ(r.exit_code, 2) << r.err;

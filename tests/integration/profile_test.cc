@@ -178,7 +178,7 @@ TEST(ProfileEffects, ACgroupParentThatCannotApplyIsRefused) {
   EXPECT_EQ(r.err, "nsbox: --cgroup-parent /nonexistent/slice: No such file or directory\n");
   r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", "relative/slice", "--", "true"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "nsbox: --cgroup-parent: expected an absolute path, got 'relative/slice'\n");
+  EXPECT_EQ(r.err, "nsbox: --cgroup-parent relative/slice: expected an absolute path\n");
   if (launcher().cgroup_host().choose({"memory", "cpu", "pids"}) == "v1" && launcher().cgroup_host().v2_mount) {
     // A hybrid host (this one): the v2 mount exists but runs use v1.
     r = run_cli(
