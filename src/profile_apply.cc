@@ -116,7 +116,7 @@ void apply_overrides(const Profile& p, const RunOverrides& o, RunSpec& spec) {
   }
   if (o.pids) {
     if (*o.pids > p.limits.pids) refuse("pids", std::to_string(*o.pids), "pids", std::to_string(p.limits.pids));
-    if (*o.pids < 1) refuse_below("pids", std::to_string(*o.pids), "1");
+    if (*o.pids < kMinPids) refuse_below("pids", std::to_string(*o.pids), std::to_string(kMinPids));
     l.cgroup.pids = *o.pids;
   }
   if (o.cpus) {

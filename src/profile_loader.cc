@@ -146,7 +146,7 @@ void apply_limits(const Field& f, ProfileLimits& l) {
                  {"wall_time", [&](const Field& v) { l.wall_time = v.duration(kMinTime, kMaxTime); }},
                  {"cpu_time", [&](const Field& v) { l.cpu_time = v.duration(kMinTime, kMaxTime); }},
                  {"memory", [&](const Field& v) { l.memory = v.size(kMinMemory, kTiB); }},
-                 {"pids", [&](const Field& v) { l.pids = v.integer(1, 65536); }},
+                 {"pids", [&](const Field& v) { l.pids = v.integer(kMinPids, 65536); }},
                  {"cpus", [&](const Field& v) { l.cpus = v.number(kMinCpus, 1024); }},
                  {"tmpfs", [&](const Field& v) { l.tmpfs = v.size(kMinTmpfs, kTiB); }},
                  {"stdout", [&](const Field& v) { l.stdout_bytes = v.size(0, kMaxOutput); }},

@@ -69,6 +69,8 @@ enum class Enforcement { kStrict, kBestEffort };
 inline constexpr std::chrono::milliseconds kMinLimitTime{10};
 inline constexpr uint64_t kMinMemoryLimit = 16ull << 20;
 inline constexpr double kMinCpus = 0.01;
+// The sandbox's PID 1 and the workload: with fewer, nothing can run.
+inline constexpr uint64_t kMinPids = 2;
 
 struct ProfileLimits {
   std::chrono::milliseconds wall_time{30000};

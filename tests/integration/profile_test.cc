@@ -122,6 +122,7 @@ TEST(ProfileEffects, AnOverrideBelowTheLowestLimitIsRefusedNotDropped) {
       {{"--cpu-time", "0s"}, "nsbox: cpu time 0s is below the lowest limit nsbox enforces, 10ms\n"},
       {{"--timeout", "0.001"}, "nsbox: timeout 1ms is below the lowest limit nsbox enforces, 10ms\n"},
       {{"--cpus", "0.001"}, "nsbox: cpus 0.001 is below the lowest limit nsbox enforces, 0.01\n"},
+      {{"--pids", "1"}, "nsbox: pids 1 is below the lowest limit nsbox enforces, 2\n"},
   };
   for (const auto& [flags, error] : cases) {
     std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};

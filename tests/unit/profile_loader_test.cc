@@ -115,9 +115,20 @@ TEST(ProfileErrors, CarryThePosition) {
     EXPECT_EQ(e.file(), "x.yaml");
     EXPECT_EQ(e.line(), 3);
     EXPECT_EQ(e.column(), 9);
-    EXPECT_EQ(e.message(), "limits.pids: expected an integer in 1..65536, got \"many\"");
-    EXPECT_STREQ(e.what(), "x.yaml:3:9: limits.pids: expected an integer in 1..65536, got \"many\"");
+    EXPECT_EQ(e.message(), "limits.pids: expected an integer in 2..65536, got \"many\"");
+    EXPECT_STREQ(e.what(), "x.yaml:3:9: limits.pids: expected an integer in 2..65536, got \"many\"");
   }
+}
+
+TEST(ProfileErrors, APidsLimitNoRunCanLiveUnderIsRefused) {
+  // One pid is the sandbox's init alone: the workload's fork would fail.
+  try {
+    load_profile_text("name: t\nlimits:\n  pids: 1\n", "x.yaml", ProfileSearch{});
+    FAIL() << "pids: 1 was accepted";
+  } catch (const ProfileError& e) {
+    EXPECT_EQ(std::string(e.what()), "x.yaml:3:9: limits.pids: 1 is out of range 2..65536");
+  }
+  EXPECT_EQ(load_profile_text("name: t\nlimits:\n  pids: 2\n", "x.yaml", ProfileSearch{}).limits.pids, 2u);
 }
 
 TEST(ProfileErrors, UnreadableFileHasNoPosition) {
@@ -480,7 +491,7 @@ TEST(Extends, ErrorsInAParentNameTheParentFile) {
     load_profile_text("name: c\nextends: base\n", "c.yaml", ProfileSearch{{dir.path()}});
     FAIL();
   } catch (const ProfileError& e) {
-    EXPECT_EQ(std::string(e.what()), parent + ":2:16: limits.pids: 0 is out of range 1..65536");
+    EXPECT_EQ(std::string(e.what()), parent + ":2:16: limits.pids: 0 is out of range 2..65536");
   }
 }
 
