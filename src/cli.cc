@@ -174,6 +174,21 @@ void check_artifacts_dir(const std::string& dir) {
   if (!S_ISDIR(st.st_mode)) throw UsageError("--artifacts " + dir + ": " + std::strerror(ENOTDIR));
 }
 
+// An --input is checked before the run, as the workspace would find it: a
+// file that cannot be copied, or a name taken, is a bad command line.
+void check_input(const std::string& file, const std::string& name,
+                 const std::vector<std::pair<std::string, std::string>>& earlier) {
+  check_input_name(name);
+  if (name == "out") throw UsageError("--input " + file + ": the name 'out' is the workspace's artifact directory");
+  for (const auto& [other_file, other_name] : earlier)
+    if (other_name == name)
+      throw UsageError("--input " + file + ": the name '" + name + "' is already taken by " + other_file);
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) throw UsageError("--input " + file + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw UsageError("--input " + file + ": not a regular file");
+  if (::access(file.c_str(), R_OK) != 0) throw UsageError("--input " + file + ": " + std::strerror(errno));
+}
+
 // The profile's spec with the flags applied; flags may only tighten limits.
 RunSpec spec_from_options(const SandboxOptions& opt) {
   const Profile profile = load_profile_or_explain(opt.profile);
@@ -201,7 +216,7 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
     auto colon = item.rfind(':');
     std::string file = colon == std::string::npos ? item : item.substr(0, colon);
     std::string name = colon == std::string::npos ? file.substr(file.rfind('/') + 1) : item.substr(colon + 1);
-    check_input_name(name);
+    check_input(file, name, spec.workspace->inputs);
     spec.workspace->inputs.emplace_back(file, name);
   }
   if (spec.workspace) spec.workspace->artifacts_dir = opt.artifacts_dir;
@@ -337,6 +352,17 @@ std::vector<std::string> command_of_run(std::vector<std::string> positional,
   return positional;
 }
 
+// CLI11 says only "A subcommand is required" when the first word is none.
+std::optional<std::string> unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return std::nullopt;
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == argv[1]) return std::nullopt;
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return "unknown command '" + std::string(argv[1]) + "': the commands are " + names + " (see nsbox --help)";
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -387,6 +413,10 @@ int cli_main(int argc, char** argv) {
   try {
     app.parse(option_argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (auto why = unknown_command(app, argc, argv)) {
+      std::cerr << "nsbox: " << *why << std::endl;
+      return kUsageExit;
+    }
     return app.exit(e) == 0 ? 0 : kUsageExit;
   }
 

@@ -192,6 +192,16 @@ TEST(ExecCli, BadLanguageAndInputsAreUsageErrors) {
   EXPECT_NE(r.err.find("--code: cannot read /tmp: Is a directory"), std::string::npos) << r.err;
 }
 
+TEST(Cli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {
+  CliResult r = run_cli({"bogus", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "nsbox: unknown command 'bogus': the commands are run, exec, check, serve, doctor (see nsbox --help)\n");
+  r = run_cli({});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("A subcommand is required"), std::string::npos) << r.err;
+}
+
 TEST(ExecCli, DeeplyNestedInputsAreRefusedNotACrash) {
   // The JSON parser recurses: 60000 levels once overflowed its stack.
   TempDir dir;

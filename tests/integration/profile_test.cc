@@ -273,6 +273,30 @@ TEST(Workspace, BadInputNamesAreRefused) {
   }
 }
 
+TEST(Workspace, InputsThatCannotBeCopiedAreRefusedBeforeTheRun) {
+  // Once each failed inside the launch with exit 125 (a sandbox error).
+  Scratch s;
+  const std::string file = s.write("data.csv", "a,b\n");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--input", file + ":a", "--input", file + ":a"},
+       "nsbox: --input " + file + ": the name 'a' is already taken by " + file + "\n"},
+      {{"--input", file + ":out"},
+       "nsbox: --input " + file + ": the name 'out' is the workspace's artifact directory\n"},
+      {{"--input", s.path() + "/missing.csv"},
+       "nsbox: --input " + s.path() + "/missing.csv: No such file or directory\n"},
+      {{"--input", s.path() + ":dir"}, "nsbox: --input " + s.path() + ": not a regular file\n"},
+  };
+  for (const auto& [flags, error] : cases) {
+    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "echo", "ran"});
+    CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << flags[1];
+    EXPECT_EQ(r.out, "") << "the workload must not run";
+    EXPECT_EQ(r.err, error);
+  }
+}
+
 TEST(Workspace, SizeIsCappedByATmpfs) {
   if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace needs root";
   json r = run_json("strict", {}, {"true"});  // strict has no workspace
