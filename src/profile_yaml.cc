@@ -13,6 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <yaml-cpp/depthguard.h>
+
 #include "nsbox/digest.h"
 #include "nsbox/run_spec.h"
 #include "nsbox/units.h"
@@ -198,6 +200,10 @@ YAML::Node parse_document(const std::string& file, const std::string& text) {
   YAML::Node doc;
   try {
     doc = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for it is "bad file"; its depth counts parser
+    // steps, not levels of the document.
+    fail(file, e.mark, "YAML nested too deeply for the parser: flatten the document");
   } catch (const YAML::ParserException& e) {
     fail(file, e.mark, "YAML syntax error: " + e.msg);
   } catch (const YAML::Exception& e) {

@@ -131,6 +131,16 @@ TEST(ProfileErrors, APidsLimitNoRunCanLiveUnderIsRefused) {
   EXPECT_EQ(load_profile_text("name: t\nlimits:\n  pids: 2\n", "x.yaml", ProfileSearch{}).limits.pids, 2u);
 }
 
+TEST(ProfileErrors, DeepNestingIsNamedNotABadFile) {
+  try {
+    load_profile_text("name: t\nlimits: " + std::string(100000, '['), "x.yaml", ProfileSearch{});
+    FAIL() << "deep nesting was accepted";
+  } catch (const ProfileError& e) {
+    EXPECT_EQ(e.message(), "YAML nested too deeply for the parser: flatten the document") << e.what();
+    EXPECT_GT(e.line(), 0) << "it has a position";
+  }
+}
+
 TEST(ProfileErrors, UnreadableFileHasNoPosition) {
   try {
     load_profile_file("/nonexistent/p.yaml", ProfileSearch{});
