@@ -118,7 +118,7 @@ std::string replace_lone_surrogate_escapes(std::string_view text) {
   return out;
 }
 
-DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned) {
+DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned, bool refuse_unknown_keys) {
   DecodedRequest d;
   if (json_nesting_depth(body) > kMaxJsonDepth) {
     d.error = "request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
@@ -134,6 +134,15 @@ DecodedRequest decode_run_request(std::string_view body, std::optional<Language>
   if (!j.is_object()) {
     d.error = "request body must be a JSON object with \"code\"";
     return d;
+  }
+  if (refuse_unknown_keys) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& key = it.key();
+      if (key != "code" && key != "inputs" && key != "timeout" && key != "language") {
+        d.error = "unknown key \"" + key.substr(0, 100) + "\": a run request has code, inputs, timeout and language";
+        return d;
+      }
+    }
   }
   RunRequest r;
   r.exec.language = pinned.value_or(Language::kPython);

@@ -368,7 +368,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     return reply(req, res, 429, error_body("too many requests: the node is at capacity; retry later"));
   }
   const ListenerConfig& listener = cfg.listeners[li];
-  DecodedRequest decoded = decode_run_request(body, listener.language);
+  DecodedRequest decoded = decode_run_request(body, listener.language, native);
   if (!decoded.request) {
     metrics_.rejected("bad_request");
     // The platform answers an unknown language with 200 and this shape.

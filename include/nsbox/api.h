@@ -44,8 +44,11 @@ struct DecodedRequest {
 
 // {"code", "inputs", "timeout", "language"}; language defaults to pinned, else
 // python. A listener pinned to one language refuses the other, as the
-// platform's single-language servers do.
-DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned);
+// platform's single-language servers do. Other keys are ignored, as the
+// platform does, unless refuse_unknown_keys (nsbox's own /v1/runs: a
+// mistyped "timout" must not run under the profile's limit unnoticed).
+DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned,
+                                  bool refuse_unknown_keys = false);
 
 // JSON as Python's json.dumps writes it (", " and ": " separators), which is
 // what the platform's servers answer with.

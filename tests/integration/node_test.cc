@@ -156,6 +156,17 @@ TEST_F(Node, NativeApiReturnsTheFullResult) {
   EXPECT_EQ(j["run_id"], r->get_header_value("X-Nsbox-Run-Id"));
   EXPECT_EQ(j["tenant"], "default");
   EXPECT_EQ(j["limits"]["wall_ms"], 30000);
+  // Its body is nsbox's own: a mistyped key is named, where /run ignores it.
+  const std::string typo = R"({"code": "def main(a):\n    return 1", "timout": 1})";
+  r = post(node_.client(), "/v1/runs", typo);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"unknown key \\\"timout\\\": a run request has code, inputs, timeout "
+            "and language\"}");
+  r = post(node_.client(), "/run", typo);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 1, \"error\": null}");
 }
 
 TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {

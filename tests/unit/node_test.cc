@@ -263,6 +263,19 @@ TEST(LoneSurrogateEscapes, AreReplacedAndPairsAndOtherEscapesKept) {
   EXPECT_EQ(j["a"], "\xEF\xBF\xBD");
 }
 
+TEST(DecodeRunRequest, UnknownKeysAreIgnoredLikeThePlatformOrNamedWhenAsked) {
+  const std::string body = R"({"code": "x", "timout": 5})";
+  auto d = decode_run_request(body, std::nullopt);
+  ASSERT_TRUE(d.request) << "/run ignores them, as the platform's servers do";
+  EXPECT_FALSE(d.request->timeout);
+  d = decode_run_request(body, std::nullopt, true);
+  EXPECT_FALSE(d.request);
+  EXPECT_EQ(d.error, "unknown key \"timout\": a run request has code, inputs, timeout and language");
+  d = decode_run_request(R"({"code": "x", "inputs": {"any": 1}, "timeout": 1, "language": "python"})", std::nullopt,
+                         true);
+  EXPECT_TRUE(d.request) << d.error;
+}
+
 TEST(DecodeRunRequest, RefusesDeepNestingBeforeParsing) {
   std::string body = R"({"code": "x", "inputs": {"a": )" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   auto d = decode_run_request(body, std::nullopt);
