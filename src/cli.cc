@@ -30,6 +30,10 @@
 #include "nsbox/units.h"
 
 namespace nsbox {
+
+const CLI::Validator kNonEmpty(
+    [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); }, "",
+    "non-empty");
 namespace {
 
 constexpr int kUsageExit = 2;
@@ -74,11 +78,6 @@ T parse_flag(const std::string& flag, const std::string& value, Parse parse) {
     throw UsageError(flag + ": " + e.what());
   }
 }
-
-// A flag's value that is empty would be ignored: refused instead.
-const CLI::Validator kNonEmpty(
-    [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); }, "",
-    "non-empty");
 
 // A number of seconds or CPUs: finite and more than 0, in the flag's words.
 CLI::Validator positive_number(const std::string& what) {

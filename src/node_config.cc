@@ -163,12 +163,22 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
   return t;
 }
 
+// Requests that may wait for each sandbox slot when queue_depth is unset.
+constexpr uint32_t kQueuedPerSlot = 4;
+
+// Without limits: a sandbox per CPU, and kQueuedPerSlot waiting for each.
+void use_default_capacity(NodeConfig& c) {
+  c.max_concurrent = online_cpus();
+  c.queue_depth = kQueuedPerSlot * c.max_concurrent;
+}
+
 void read_limits(const Field& f, NodeConfig& c) {
   MapReader map(f, keys_of("limits"));
   if (auto v = map.get("max_concurrent")) c.max_concurrent = static_cast<uint32_t>(v->integer(1, kMaxConcurrent));
   // Unset, it follows max_concurrent, whether that was set or not.
   auto queue_depth = map.get("queue_depth");
-  c.queue_depth = queue_depth ? static_cast<uint32_t>(queue_depth->integer(0, kMaxQueue)) : 4 * c.max_concurrent;
+  c.queue_depth =
+      queue_depth ? static_cast<uint32_t>(queue_depth->integer(0, kMaxQueue)) : kQueuedPerSlot * c.max_concurrent;
   if (auto v = map.get("body_limit")) c.body_limit = v->size(1024, 1ull << 30);
   if (auto v = map.get("client_timeout")) c.client_timeout = v->duration(milliseconds(100), milliseconds(600000));
   if (auto v = map.get("grace_period")) c.grace_period = v->duration(milliseconds(0), milliseconds(3600000));
@@ -280,8 +290,7 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
   const std::string dir = std::filesystem::path(file).parent_path().string();
   NodeConfig c;
   c.source = file;
-  c.max_concurrent = online_cpus();
-  c.queue_depth = 4 * c.max_concurrent;
+  use_default_capacity(c);
   if (auto v = map.get("listeners")) {
     for (const auto& item : v->items()) c.listeners.push_back(read_listener(item));
     if (c.listeners.empty()) v->fail("at least one listener is needed");
@@ -315,8 +324,7 @@ NodeConfig builtin_node_config(const ProfileSearch& search) {
   NodeConfig c;
   c.source = "<built-in>";
   c.listeners.push_back(ListenerConfig{});
-  c.max_concurrent = online_cpus();
-  c.queue_depth = 4 * c.max_concurrent;
+  use_default_capacity(c);
   TenantConfig t;
   t.name = "default";
   t.profile_ref = "default";

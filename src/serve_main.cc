@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "nsbox/audit.h"
+#include "nsbox/cli.h"
 #include "nsbox/error.h"
 #include "nsbox/node.h"
 
@@ -59,9 +60,7 @@ int main(int argc, char** argv) {
   bool check = false;
   // An empty value (an unset variable in a unit file) must not fall back to
   // the built-in config: that is a node open to anyone without a token.
-  const CLI::Validator non_empty(
-      [](std::string& value) { return value.empty() ? std::string("an empty value is not allowed") : std::string(); },
-      "", "non-empty");
+  const CLI::Validator& non_empty = nsbox::kNonEmpty;
   app.add_option("--config", config_path, "Node config (YAML); without it: one tenant, default profile, 127.0.0.1:8080")
       ->check(non_empty);
   app.add_option("--listen", listen, "Listen on ADDR:PORT only (replaces the config's listeners)")->check(non_empty);

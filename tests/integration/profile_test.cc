@@ -29,6 +29,20 @@ json run_json(const std::string& profile, std::vector<std::string> extra, std::v
   return out;
 }
 
+// `nsbox run --rootfs ROOTFS FLAGS -- echo ran` must be a usage error (exit 2)
+// found before the workload runs; what it says on stderr.
+std::string refusal_of_run(const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
+  args.insert(args.end(), flags.begin(), flags.end());
+  args.insert(args.end(), {"--", "echo", "ran"});
+  CliResult r = run_cli(args);
+  std::string given;
+  for (const auto& f : flags) given += " " + f;
+  EXPECT_EQ(r.exit_code, 2) << given;
+  EXPECT_EQ(r.out, "") << "the workload must not run:" << given;
+  return r.err;
+}
+
 TEST(ProfileEffects, LimitsReachTheSandbox) {
   Scratch s;
   const std::string profile = s.write("p.yaml",
@@ -103,12 +117,9 @@ TEST(ProfileEffects, StrictSeccompDeniesWhatIsNotListed) {
 }
 
 TEST(ProfileEffects, OverridesOnlyTighten) {
-  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--timeout", "100", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "nsbox: timeout 100s exceeds the profile's limits.wall_time of 30s\n");
-  r = run_cli({"run", "--rootfs", test_rootfs(), "--memory", "1GiB", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "nsbox: memory 1GiB exceeds the profile's limits.memory of 512MiB\n");
+  EXPECT_EQ(refusal_of_run({"--timeout", "100"}),
+            "nsbox: timeout 100s exceeds the profile's limits.wall_time of 30s\n");
+  EXPECT_EQ(refusal_of_run({"--memory", "1GiB"}), "nsbox: memory 1GiB exceeds the profile's limits.memory of 512MiB\n");
   json ok = run_json("default", {"--memory", "64MiB", "--timeout", "5"}, {"python3", "-c", "b = bytearray(100 << 20)"});
   EXPECT_EQ(ok["status"], "oom") << ok.dump();
 }
@@ -124,14 +135,7 @@ TEST(ProfileEffects, AnOverrideBelowTheLowestLimitIsRefusedNotDropped) {
       {{"--cpus", "0.001"}, "nsbox: cpus 0.001 is below the lowest limit nsbox enforces, 0.01\n"},
       {{"--pids", "1"}, "nsbox: pids 1 is below the lowest limit nsbox enforces, 2\n"},
   };
-  for (const auto& [flags, error] : cases) {
-    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
-    args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "true"});
-    CliResult r = run_cli(args);
-    EXPECT_EQ(r.exit_code, 2) << flags[0];
-    EXPECT_EQ(r.err, error);
-  }
+  for (const auto& [flags, error] : cases) EXPECT_EQ(refusal_of_run(flags), error);
 }
 
 TEST(ProfileEffects, AMistypedOptionIsRefusedNotPassedToTheCommand) {
@@ -155,37 +159,26 @@ TEST(ProfileEffects, AMistypedOptionIsRefusedNotPassedToTheCommand) {
                                                                  {"--pids", "99999999999999999999"},
                                                                  {"--memory", ""},
                                                                  {"--rootfs", ""}}) {
-    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
-    args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "true"});
-    CliResult bad = run_cli(args);
-    EXPECT_EQ(bad.exit_code, 2) << flags[0] << " " << flags[1];
-    EXPECT_NE(bad.err.find(flags[0] + ": "), std::string::npos) << bad.err;
+    const std::string error = refusal_of_run(flags);
+    EXPECT_NE(error.find(flags[0] + ": "), std::string::npos) << error;
   }
 }
 
 TEST(ProfileEffects, ABadArtifactsDirectoryIsRefusedBeforeTheRun) {
   Scratch s;
-  CliResult r = run_cli(
-      {"run", "--rootfs", test_rootfs(), "--artifacts", s.path() + "/missing/deep", "--", "sh", "-c", "echo ran"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.out, "") << "the workload must not run";
-  EXPECT_EQ(r.err, "nsbox: --artifacts " + s.path() + "/missing/deep: No such file or directory\n");
+  EXPECT_EQ(refusal_of_run({"--artifacts", s.path() + "/missing/deep"}),
+            "nsbox: --artifacts " + s.path() + "/missing/deep: No such file or directory\n");
 }
 
 TEST(ProfileEffects, ACgroupParentThatCannotApplyIsRefused) {
-  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", "/nonexistent/slice", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "nsbox: --cgroup-parent /nonexistent/slice: No such file or directory\n");
-  r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", "relative/slice", "--", "true"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "nsbox: --cgroup-parent relative/slice: expected an absolute path\n");
+  EXPECT_EQ(refusal_of_run({"--cgroup-parent", "/nonexistent/slice"}),
+            "nsbox: --cgroup-parent /nonexistent/slice: No such file or directory\n");
+  EXPECT_EQ(refusal_of_run({"--cgroup-parent", "relative/slice"}),
+            "nsbox: --cgroup-parent relative/slice: expected an absolute path\n");
   if (launcher().cgroup_host().choose({"memory", "cpu", "pids"}) == "v1" && launcher().cgroup_host().v2_mount) {
     // A hybrid host (this one): the v2 mount exists but runs use v1.
-    r = run_cli(
-        {"run", "--rootfs", test_rootfs(), "--cgroup-parent", *launcher().cgroup_host().v2_mount, "--", "true"});
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.err.find("where a cgroup v2 parent does not apply"), std::string::npos) << r.err;
+    const std::string error = refusal_of_run({"--cgroup-parent", *launcher().cgroup_host().v2_mount});
+    EXPECT_NE(error.find("where a cgroup v2 parent does not apply"), std::string::npos) << error;
   }
 }
 
@@ -266,10 +259,8 @@ TEST(Workspace, ArtifactsOverTheCapAreRefusedAndReported) {
 
 TEST(Workspace, BadInputNamesAreRefused) {
   for (const char* name : {"../x", "a/b", ".."}) {
-    CliResult r =
-        run_cli({"run", "--rootfs", test_rootfs(), "--input", std::string("/etc/hostname:") + name, "--", "true"});
-    EXPECT_EQ(r.exit_code, 2) << name;
-    EXPECT_NE(r.err.find("must be a plain file name"), std::string::npos) << r.err;
+    const std::string error = refusal_of_run({"--input", std::string("/etc/hostname:") + name});
+    EXPECT_NE(error.find("must be a plain file name"), std::string::npos) << error;
   }
 }
 
@@ -286,15 +277,7 @@ TEST(Workspace, InputsThatCannotBeCopiedAreRefusedBeforeTheRun) {
        "nsbox: --input " + s.path() + "/missing.csv: No such file or directory\n"},
       {{"--input", s.path() + ":dir"}, "nsbox: --input " + s.path() + ": not a regular file\n"},
   };
-  for (const auto& [flags, error] : cases) {
-    std::vector<std::string> args = {"run", "--rootfs", test_rootfs()};
-    args.insert(args.end(), flags.begin(), flags.end());
-    args.insert(args.end(), {"--", "echo", "ran"});
-    CliResult r = run_cli(args);
-    EXPECT_EQ(r.exit_code, 2) << flags[1];
-    EXPECT_EQ(r.out, "") << "the workload must not run";
-    EXPECT_EQ(r.err, error);
-  }
+  for (const auto& [flags, error] : cases) EXPECT_EQ(refusal_of_run(flags), error);
 }
 
 TEST(Workspace, SizeIsCappedByATmpfs) {
