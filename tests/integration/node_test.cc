@@ -256,6 +256,20 @@ std::string send_raw(int port, const std::string& request_text) {
   return answer;
 }
 
+// By the node's metrics: one Python run of the default tenant went through,
+// and `refused` requests were refused for `reason`, none of them run.
+void expect_one_run_and_refusals(NodeProcess& node, const std::string& reason, int refused) {
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
+            std::string::npos)
+      << "only the sound request ran\n"
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"" + reason + "\"} " + std::to_string(refused)),
+            std::string::npos)
+      << metrics->body;
+}
+
 TEST_F(Node, AmbiguousFramingIs400AndNeverRun) {
   // Each would be read one way here and maybe another by a proxy in front:
   // cpp-httplib alone took the first length, read "abc" as 0 and ignored an
@@ -284,14 +298,7 @@ TEST_F(Node, AmbiguousFramingIs400AndNeverRun) {
   std::string answer =
       send_raw(node_.port(), head + "Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n" + chunk.str());
   EXPECT_NE(answer.find("{\"return\": 42, \"error\": null}"), std::string::npos) << answer;
-  auto metrics = node_.client().Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
-            std::string::npos)
-      << "only the sound request ran\n"
-      << metrics->body;
-  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"bad_request\"} 6"), std::string::npos)
-      << metrics->body;
+  expect_one_run_and_refusals(node_, "bad_request", 6);
 }
 
 TEST_F(Node, ABrowserPageFromAnUnlistedOriginCannotRunCode) {
@@ -319,14 +326,7 @@ TEST_F(Node, ABrowserPageFromAnUnlistedOriginCannotRunCode) {
   r = c.Post("/run", {{"Sec-Fetch-Site", "none"}}, body, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 42, \"error\": null}");
-  auto metrics = c.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("nsbox_runs_total{tenant=\"default\",language=\"python\",status=\"ok\"} 1\n"),
-            std::string::npos)
-      << "only the program's request ran\n"
-      << metrics->body;
-  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"forbidden\"} 3"), std::string::npos)
-      << metrics->body;
+  expect_one_run_and_refusals(node_, "forbidden", 3);
 }
 
 TEST_F(Node, DeepNestingIsRefusedInRequestsAndResults) {
