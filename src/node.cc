@@ -147,25 +147,34 @@ const char* status_message(int status) {
   }
 }
 
-// Why a request's framing is refused, or "" when it is sound. cpp-httplib
-// takes the first of two Content-Length headers, reads "abc" as 0 and
-// accepts any Transfer-Encoding: behind a proxy that frames differently,
-// such a request could smuggle a second one past it.
-std::string framing_error(const httplib::Request& req) {
+// An answer that refuses a request.
+struct Refusal {
+  int status = 0;  // 0: none
+  std::string message;
+};
+
+// Why a request's framing is refused (status 0 when it is sound). cpp-httplib
+// takes the first of two Content-Length headers, reads "abc" as 0, accepts
+// any Transfer-Encoding, reads a POST without either until the connection
+// closes, and never reads the body of a GET: each time a proxy in front could
+// see one request where the node sees two (request smuggling).
+Refusal framing_refusal(const httplib::Request& req) {
   const size_t lengths = req.get_header_value_count("Content-Length");
   const size_t encodings = req.get_header_value_count("Transfer-Encoding");
-  if (lengths > 1) return "more than one Content-Length header";
-  if (encodings > 1) return "more than one Transfer-Encoding header";
-  if (lengths && encodings) return "both Content-Length and Transfer-Encoding: send one";
-  if (lengths) {
-    const std::string value = req.get_header_value("Content-Length");
-    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
-      return "Content-Length is not a number of bytes: \"" + value.substr(0, 40) + "\"";
-  }
+  if (lengths > 1) return {400, "more than one Content-Length header"};
+  if (encodings > 1) return {400, "more than one Transfer-Encoding header"};
+  if (lengths && encodings) return {400, "both Content-Length and Transfer-Encoding: send one"};
+  const std::string length = req.get_header_value("Content-Length");
+  if (lengths && (length.empty() || length.find_first_not_of("0123456789") != std::string::npos))
+    return {400, "Content-Length is not a number of bytes: \"" + length.substr(0, 40) + "\""};
   if (encodings && ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)
-    return "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
-           "\" is not supported: send chunked or a Content-Length";
-  return "";
+    return {400, "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
+                     "\" is not supported: send chunked or a Content-Length"};
+  const bool has_body = encodings || length.find_first_not_of('0') != std::string::npos;
+  if (req.method == "POST" && !lengths && !encodings) return {411, "a POST needs a Content-Length or chunked encoding"};
+  if (has_body && (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS"))
+    return {400, "a " + req.method + " request has no body here"};
+  return {};
 }
 
 // A browser names the page that sent a request in Origin, and in
@@ -267,8 +276,19 @@ void Node::reply(const httplib::Request& req, httplib::Response& res, int status
 void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
                   const std::string& message) const {
   metrics_.rejected(reason);
+  res.status = status;
+  add_cors(req, res);
   res.set_header("Connection", "close");
-  reply(req, res, status, error_body(message));
+  // cpp-httplib 0.11 keeps the connection whatever the answer's Connection
+  // header says, and would read a body left unread as the next request (a
+  // proxy in front would not: request smuggling). A content provider that
+  // fails once it has written the whole answer makes it close instead.
+  auto body = std::make_shared<const std::string>(error_body(message));
+  res.set_content_provider(body->size(), "application/json",
+                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
+                             sink.write(body->data() + offset, length);
+                             return false;
+                           });
 }
 
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -430,8 +450,8 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->set_tcp_nodelay(true);
   svr->set_payload_max_length(cfg->body_limit);
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (std::string why = framing_error(req); !why.empty()) {
-      reject(req, res, "bad_request", 400, why);
+    if (const Refusal refusal = framing_refusal(req); refusal.status) {
+      reject(req, res, "bad_request", refusal.status, refusal.message);
       return httplib::Server::HandlerResponse::Handled;
     }
     // cpp-httplib would wait for the body before refusing it; the declared
@@ -441,17 +461,16 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     const std::string declared = req.get_header_value("Content-Length");
     if (declared.size() < 20 && std::strtoull(declared.c_str(), nullptr, 10) <= limit)
       return httplib::Server::HandlerResponse::Unhandled;
-    res.status = 413;  // the error handler writes the body
+    reject(req, res, "too_large", 413, "request body exceeds the node's limit of " + format_size(limit));
     return httplib::Server::HandlerResponse::Handled;
   });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;  // a handler's own answer
-    if (res.status == 413) {
-      metrics_.rejected("too_large");
-      res.set_header("Connection", "close");
-      return reply(req, res, 413,
-                   error_body("request body exceeds the node's limit of " + format_size(config()->body_limit)));
+    if (!res.body.empty() || res.content_provider_) return;  // a handler's own answer
+    if (res.status == 413) {                                 // a chunked body past the limit: the rest is unread
+      return reject(req, res, "too_large", 413,
+                    "request body exceeds the node's limit of " + format_size(config()->body_limit));
     }
+    if (res.status == 400) return reject(req, res, "bad_request", 400, status_message(400));  // unparsable
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
   svr->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {

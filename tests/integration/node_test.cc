@@ -301,6 +301,52 @@ TEST_F(Node, AmbiguousFramingIs400AndNeverRun) {
   expect_one_run_and_refusals(node_, "bad_request", 6);
 }
 
+// Sends head, and body once the node has had time to read the head alone;
+// everything the node writes until it closes the connection (at most 10 s).
+std::string send_raw_until_closed(int port, const std::string& head, const std::string& body) {
+  int s = connect_loopback(port);
+  if (s < 0) return "connect failed";
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string answers;
+  if (::send(s, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size())) {
+    std::this_thread::sleep_for(200ms);
+    ::send(s, body.data(), body.size(), MSG_NOSIGNAL);  // the node may have closed already
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(s, buf, sizeof buf, 0)) > 0;) answers.append(buf, static_cast<size_t>(n));
+  }
+  ::close(s);
+  return answers;
+}
+
+TEST_F(Node, ARefusedRequestsUnreadBodyIsNeverReadAsTheNextRequest) {
+  // The body of a refused request is left unread. Were the connection kept,
+  // cpp-httplib would read that body as the next request, where a proxy in
+  // front saw only one: here a second /run, hidden in the first one's body.
+  const std::string code = "{\"code\": \"def main(a):\\n    return 4242\"}";
+  const std::string hidden =
+      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(code.size()) + "\r\n\r\n" + code;
+  const std::string length = "Content-Length: " + std::to_string(hidden.size()) + "\r\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"POST /run HTTP/1.1\r\nHost: x\r\n" + length + "Transfer-Encoding: chunked\r\n\r\n", "HTTP/1.1 400"},
+      {"POST /run HTTP/1.1\r\nHost: x\r\nOrigin: https://evil.example.net\r\n" + length + "\r\n", "HTTP/1.1 403"},
+      {"POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=x\r\n" + length + "\r\n",
+       "HTTP/1.1 415"},
+      {"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", "HTTP/1.1 413"},
+      {"GET /health HTTP/1.1\r\nHost: x\r\n" + length + "\r\n", "HTTP/1.1 400"},
+      {"POST /run HTTP/1.1\r\nHost: x\r\n\r\n", "HTTP/1.1 411"},
+  };
+  for (const auto& [head, status] : cases) {
+    const std::string answers = send_raw_until_closed(node_.port(), head, hidden);
+    EXPECT_EQ(answers.rfind(status, 0), 0u) << head << answers.substr(0, 300);
+    EXPECT_EQ(answers.find("4242"), std::string::npos) << "the hidden request ran\n" << answers;
+    EXPECT_EQ(answers.find("HTTP/1.1", 1), std::string::npos) << "one answer, then the connection closed\n" << answers;
+  }
+  auto metrics = node_.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("nsbox_runs_total{"), std::string::npos) << "nothing ran\n" << metrics->body;
+}
+
 TEST_F(Node, ABrowserPageFromAnUnlistedOriginCannotRunCode) {
   // A page open in the operator's browser can POST text/plain to a tokenless
   // loopback node without asking first (no CORS preflight); the browser names
