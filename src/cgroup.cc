@@ -3,8 +3,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -297,6 +299,9 @@ std::string cgroup_parent_problem(const std::string& parent, const CgroupLimits&
   struct stat st {};
   if (::stat(parent.c_str(), &st) != 0) return parent + ": " + std::strerror(errno);
   if (!S_ISDIR(st.st_mode)) return parent + ": " + std::strerror(ENOTDIR);
+  struct statfs fs {};
+  if (::statfs(parent.c_str(), &fs) != 0) return parent + ": " + std::strerror(errno);
+  if (fs.f_type != CGROUP2_SUPER_MAGIC) return parent + ": not a directory of the cgroup v2 file system";
   std::set<std::string> needed = controllers_for(limits);
   if (needed.empty()) needed = {"memory", "cpu", "pids"};
   // (With no controller in either version the launcher refuses the run

@@ -92,14 +92,15 @@ CLI::Validator positive_number(const std::string& what) {
       "", "positive");
 }
 
-// A whole number in 1..max.
-CLI::Validator whole_number(uint64_t max) {
+// A whole number in min..max.
+CLI::Validator whole_number(uint64_t min, uint64_t max) {
   return CLI::Validator(
-      [max](std::string& value) {
+      [min, max](std::string& value) {
         const bool digits = !value.empty() && value.size() <= 19 &&
                             std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; });
-        if (!digits || std::stoull(value) < 1 || std::stoull(value) > max)
-          return "expected a whole number in 1.." + std::to_string(max) + ", got '" + value + "'";
+        if (!digits || std::stoull(value) < min || std::stoull(value) > max)
+          return "expected a whole number in " + std::to_string(min) + ".." + std::to_string(max) + ", got '" + value +
+                 "'";
         return std::string();
       },
       "", "whole");
@@ -115,7 +116,7 @@ void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
   cmd->add_option("--memory", o.memory, "Memory limit of the whole run, e.g. 256MiB, at most the profile's")
       ->check(kNonEmpty);
   cmd->add_option("--pids", o.pids, "Maximum number of processes and threads, at most the profile's")
-      ->check(whole_number(65536));
+      ->check(whole_number(kMinPids, 65536));
   cmd->add_option("--cpus", o.cpus, "CPU bandwidth in CPUs, e.g. 0.5, at most the profile's")
       ->check(positive_number("a number of CPUs"));
   cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's")

@@ -671,7 +671,8 @@ int Node::serve(const sigset_t& signals) {
 
 // A cgroup_parent that cannot hold a tenant's runs would be ignored (on a
 // host whose limits are enforced through cgroup v1), and the runs would
-// escape the slice the operator named. Read at start only: not reloadable.
+// escape the slice the operator named. Checked each time the config loads
+// (start, --check, SIGHUP), though a changed parent applies only at restart.
 void check_cgroup_parent(const NodeConfig& c) {
   if (c.cgroup_parent.empty()) return;
   for (const auto& tenant : c.tenants) {

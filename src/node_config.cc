@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 #include <map>
@@ -202,6 +203,9 @@ std::string read_origin(const Field& f) {
   if (!scheme || o.size() <= host || o.find('/', host) != std::string::npos ||
       o.find_first_of(" \t*") != std::string::npos)
     f.fail("\"" + o + "\" is not an origin like https://app.example.com (no path, no wildcard)");
+  // Browsers send the host in lower case; the comparison is exact.
+  std::transform(o.begin() + static_cast<std::ptrdiff_t>(host), o.end(), o.begin() + static_cast<std::ptrdiff_t>(host),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return o;
 }
 

@@ -133,7 +133,8 @@ TEST(ProfileEffects, AnOverrideBelowTheLowestLimitIsRefusedNotDropped) {
       {{"--cpu-time", "0s"}, "nsbox: cpu time 0s is below the lowest limit nsbox enforces, 10ms\n"},
       {{"--timeout", "0.001"}, "nsbox: timeout 1ms is below the lowest limit nsbox enforces, 10ms\n"},
       {{"--cpus", "0.001"}, "nsbox: cpus 0.001 is below the lowest limit nsbox enforces, 0.01\n"},
-      {{"--pids", "1"}, "nsbox: pids 1 is below the lowest limit nsbox enforces, 2\n"},
+      {{"--pids", "1"},
+       "--pids: expected a whole number in 2..65536, got '1'\nRun with --help for more information.\n"},
   };
   for (const auto& [flags, error] : cases) EXPECT_EQ(refusal_of_run(flags), error);
 }
@@ -175,6 +176,9 @@ TEST(ProfileEffects, ACgroupParentThatCannotApplyIsRefused) {
             "nsbox: --cgroup-parent /nonexistent/slice: No such file or directory\n");
   EXPECT_EQ(refusal_of_run({"--cgroup-parent", "relative/slice"}),
             "nsbox: --cgroup-parent relative/slice: expected an absolute path\n");
+  // A plain directory holds no cgroups: runs would get none of its limits.
+  EXPECT_EQ(refusal_of_run({"--cgroup-parent", "/tmp"}),
+            "nsbox: --cgroup-parent /tmp: not a directory of the cgroup v2 file system\n");
   if (launcher().cgroup_host().choose({"memory", "cpu", "pids"}) == "v1" && launcher().cgroup_host().v2_mount) {
     // A hybrid host (this one): the v2 mount exists but runs use v1.
     const std::string error = refusal_of_run({"--cgroup-parent", *launcher().cgroup_host().v2_mount});

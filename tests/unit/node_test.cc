@@ -94,7 +94,7 @@ tenants:
     profile: ../profiles/tenants/acme-analytics.yaml
 default_tenant: public
 limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, grace_period: 0s}
-cors: {allow_origins: ["https://studio.example.com"]}
+cors: {allow_origins: ["https://Studio.Example.com"]}
 )");
   EXPECT_EQ(c.listeners[1].address(), "[::1]:5002");
   EXPECT_EQ(c.listeners[0].language, Language::kPython);
@@ -107,7 +107,8 @@ cors: {allow_origins: ["https://studio.example.com"]}
   EXPECT_EQ(c.max_concurrent, 3u);
   EXPECT_EQ(c.queue_depth, 0u);
   EXPECT_EQ(c.body_limit, 64u << 10);
-  EXPECT_EQ(c.cors_origins, std::vector<std::string>{"https://studio.example.com"});
+  EXPECT_EQ(c.cors_origins, std::vector<std::string>{"https://studio.example.com"})
+      << "hosts in lower case, as browsers send them";
 }
 
 TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
