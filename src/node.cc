@@ -39,7 +39,7 @@ constexpr size_t kMaxThreads = 1024;
 
 constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
-constexpr time_t kKeepAliveSeconds = 5;
+constexpr time_t kKeepAliveSeconds = 5;  // how long a new connection may wait before its request starts
 constexpr int kListenBacklog = 1024;
 
 // Each listener's request threads: made at start, for the config of then.
@@ -150,31 +150,52 @@ const char* status_message(int status) {
 // An answer that refuses a request.
 struct Refusal {
   int status = 0;  // 0: none
+  const char* reason = "bad_request";
   std::string message;
 };
 
-// Why a request's framing is refused (status 0 when it is sound). cpp-httplib
+bool takes_a_body(const httplib::Request& req) {
+  return req.method == "POST" && (req.path == "/run" || req.path == "/v1/runs");
+}
+
+// Why a request is refused on its head alone (status 0: it is not), before
+// any of its body is read or the client is told to send it. cpp-httplib
 // takes the first of two Content-Length headers, reads "abc" as 0, accepts
 // any Transfer-Encoding, reads a POST without either until the connection
-// closes, and never reads the body of a GET: each time a proxy in front could
-// see one request where the node sees two (request smuggling).
-Refusal framing_refusal(const httplib::Request& req) {
+// closes, reads a chunked body to an unknown path without bound, and applies
+// Range to any answer: refused instead.
+Refusal header_refusal(const httplib::Request& req, uint64_t body_limit) {
   const size_t lengths = req.get_header_value_count("Content-Length");
   const size_t encodings = req.get_header_value_count("Transfer-Encoding");
-  if (lengths > 1) return {400, "more than one Content-Length header"};
-  if (encodings > 1) return {400, "more than one Transfer-Encoding header"};
-  if (lengths && encodings) return {400, "both Content-Length and Transfer-Encoding: send one"};
+  if (lengths > 1) return {400, "bad_request", "more than one Content-Length header"};
+  if (encodings > 1) return {400, "bad_request", "more than one Transfer-Encoding header"};
+  if (lengths && encodings) return {400, "bad_request", "both Content-Length and Transfer-Encoding: send one"};
   const std::string length = req.get_header_value("Content-Length");
   if (lengths && (length.empty() || length.find_first_not_of("0123456789") != std::string::npos))
-    return {400, "Content-Length is not a number of bytes: \"" + length.substr(0, 40) + "\""};
+    return {400, "bad_request", "Content-Length is not a number of bytes: \"" + length.substr(0, 40) + "\""};
   if (encodings && ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") != 0)
-    return {400, "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
-                     "\" is not supported: send chunked or a Content-Length"};
+    return {400, "bad_request",
+            "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
+                "\" is not supported: send chunked or a Content-Length"};
   const bool has_body = encodings || length.find_first_not_of('0') != std::string::npos;
-  if (req.method == "POST" && !lengths && !encodings) return {411, "a POST needs a Content-Length or chunked encoding"};
-  if (has_body && (req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS"))
-    return {400, "a " + req.method + " request has no body here"};
+  if (has_body && !takes_a_body(req))
+    return {400, "bad_request", "a " + req.method + " " + req.path.substr(0, 100) + " request has no body here"};
+  if (req.method == "POST" && !lengths && !encodings)
+    return {411, "bad_request", "a POST needs a Content-Length or chunked encoding"};
+  if (req.has_header("Range")) return {400, "bad_request", "a Range header is not supported here"};
+  if (lengths && (length.size() > 19 || std::stoull(length) > body_limit))
+    return {413, "too_large", "request body exceeds the node's limit of " + format_size(body_limit)};
   return {};
+}
+
+// Reads and drops the body of a request refused on who sent it: closed with
+// the body unread, the connection would be reset, and a client still sending
+// would never read its answer. At most limit bytes; false when it could not.
+bool discard_body(const httplib::Request& req, const httplib::ContentReader& reader, uint64_t limit) {
+  uint64_t seen = 0;
+  auto count = [&seen, limit](const char*, size_t size) { return (seen += size) <= limit; };
+  if (req.is_multipart_form_data()) return reader([](const httplib::MultipartFormData&) { return true; }, count);
+  return reader(count);
 }
 
 // A browser names the page that sent a request in Origin, and in
@@ -224,7 +245,7 @@ class Node {
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
   void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
-  // A refusal after which the connection is closed: the body may be unread.
+  // A refusal, counted in the metrics by reason.
   void reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
               const std::string& message) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -276,19 +297,7 @@ void Node::reply(const httplib::Request& req, httplib::Response& res, int status
 void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
                   const std::string& message) const {
   metrics_.rejected(reason);
-  res.status = status;
-  add_cors(req, res);
-  res.set_header("Connection", "close");
-  // cpp-httplib 0.11 keeps the connection whatever the answer's Connection
-  // header says, and would read a body left unread as the next request (a
-  // proxy in front would not: request smuggling). A content provider that
-  // fails once it has written the whole answer makes it close instead.
-  auto body = std::make_shared<const std::string>(error_body(message));
-  res.set_content_provider(body->size(), "application/json",
-                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
-                             sink.write(body->data() + offset, length);
-                             return false;
-                           });
+  reply(req, res, status, error_body(message));
 }
 
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -335,19 +344,24 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
   auto cfg = config();
-  if (std::string why = refused_origin(req, cfg->cors_origins); !why.empty())
+  if (std::string why = refused_origin(req, cfg->cors_origins); !why.empty()) {
+    discard_body(req, reader, cfg->body_limit);
     return reject(req, res, "forbidden", 403, why);
+  }
   // Who is asking is decided from the headers, before a byte of the body is
-  // held: an anonymous client cannot make the node buffer bodies.
+  // held: an anonymous client cannot make the node buffer bodies (a refused
+  // body is read and dropped, never kept).
   std::string why;
   const TenantConfig* tenant = authenticate(*cfg, cfg->listeners[li], req, why);
   if (!tenant) {
+    discard_body(req, reader, cfg->body_limit);
     res.set_header("WWW-Authenticate", "Bearer");
     return reject(req, res, "unauthorized", 401, why);
   }
   if (req.is_multipart_form_data()) {
     // cpp-httplib reads such a body only part by part, which no request of
     // this API is.
+    discard_body(req, reader, cfg->body_limit);
     return reject(req, res, "bad_request", 415,
                   "a multipart/form-data body is not a run request: send the request as a JSON object");
   }
@@ -449,28 +463,32 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // client's delayed ACK add 40 ms to every answer on a kept-alive connection.
   svr->set_tcp_nodelay(true);
   svr->set_payload_max_length(cfg->body_limit);
+  // One request per connection. cpp-httplib 0.11 reads each request of a
+  // connection through a fresh buffer and keeps the connection whatever an
+  // answer's Connection header says: a body left unread (a refusal, a HEAD,
+  // a 414) would be read as the next request where a proxy in front saw
+  // none (request smuggling), and a pipelined request would be lost.
+  svr->set_keep_alive_max_count(1);
+  // Refused on its head, a request's body is never read; with Expect:
+  // 100-continue the client is told before it sends it.
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (const Refusal refusal = framing_refusal(req); refusal.status) {
-      reject(req, res, "bad_request", refusal.status, refusal.message);
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    // cpp-httplib would wait for the body before refusing it; the declared
-    // length is enough to answer at once.
-    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
-    const uint64_t limit = config()->body_limit;
-    const std::string declared = req.get_header_value("Content-Length");
-    if (declared.size() < 20 && std::strtoull(declared.c_str(), nullptr, 10) <= limit)
-      return httplib::Server::HandlerResponse::Unhandled;
-    reject(req, res, "too_large", 413, "request body exceeds the node's limit of " + format_size(limit));
+    const Refusal refusal = header_refusal(req, config()->body_limit);
+    if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
+    reject(req, res, refusal.reason, refusal.status, refusal.message);
     return httplib::Server::HandlerResponse::Handled;
   });
+  svr->set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const Refusal refusal = header_refusal(req, config()->body_limit);
+    if (!refusal.status) return 100;
+    reject(req, res, refusal.reason, refusal.status, refusal.message);
+    return refusal.status;
+  });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) return;  // a handler's own answer
-    if (res.status == 413) {                                 // a chunked body past the limit: the rest is unread
+    if (!res.body.empty()) return;  // a handler's own answer
+    if (res.status == 413) {        // a chunked body past the limit
       return reject(req, res, "too_large", 413,
                     "request body exceeds the node's limit of " + format_size(config()->body_limit));
     }
-    if (res.status == 400) return reject(req, res, "bad_request", 400, status_message(400));  // unparsable
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
   svr->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
