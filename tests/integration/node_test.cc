@@ -48,6 +48,19 @@ std::string sha256_hex(const std::string& data) {
   return out;
 }
 
+// One request on its own connection, as written; the answer as read.
+std::string send_raw(int port, const std::string& request_text) {
+  int s = connect_loopback(port);
+  if (s < 0) return "connect failed";
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string answer = "send failed";
+  if (::send(s, request_text.data(), request_text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request_text.size()))
+    answer = read_answer(s);
+  ::close(s);
+  return answer;
+}
+
 class Node : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(node_.ready()) << node_.log(); }
@@ -198,6 +211,10 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
             std::string::npos)
       << answer;
+  // A client that waits for 100 Continue is told instead, and sends nothing.
+  answer = send_raw(node_.port(),
+                    "POST /run HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 67108864\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
   auto health = node_.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
@@ -241,19 +258,6 @@ TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   auto health = node_.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
-}
-
-// One request on its own connection, as written; the answer as read.
-std::string send_raw(int port, const std::string& request_text) {
-  int s = connect_loopback(port);
-  if (s < 0) return "connect failed";
-  timeval tv{10, 0};
-  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer = "send failed";
-  if (::send(s, request_text.data(), request_text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request_text.size()))
-    answer = read_answer(s);
-  ::close(s);
-  return answer;
 }
 
 // By the node's metrics: one Python run of the default tenant went through,
