@@ -124,6 +124,12 @@ DecodedRequest decode_run_request(std::string_view body, std::optional<Language>
     d.error = "request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return d;
   }
+  // nlohmann ends its input at a NUL byte and would ignore what follows;
+  // no JSON text holds one.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    d.error = "request body is not valid JSON: a NUL byte at offset " + std::to_string(nul);
+    return d;
+  }
   json j;
   try {
     j = json::parse(body.begin(), body.end());

@@ -29,8 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   if (nsbox::json_nesting_depth(body) <= nsbox::kMaxJsonDepth) {
     const std::string repaired = nsbox::replace_lone_surrogate_escapes(body);
-    // JSON a parser reads has no lone surrogate: nothing to repair.
-    if (!nlohmann::json::parse(body.begin(), body.end(), nullptr, false).is_discarded() && repaired != body)
+    // JSON a parser reads has no lone surrogate: nothing to repair. (nlohmann
+    // ends the input at a NUL byte, so what follows one is not JSON it read.)
+    if (body.find('\0') == std::string_view::npos &&
+        !nlohmann::json::parse(body.begin(), body.end(), nullptr, false).is_discarded() && repaired != body)
       __builtin_trap();
   }
   for (bool native : {false, true}) {

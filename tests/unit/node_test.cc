@@ -277,6 +277,14 @@ TEST(DecodeRunRequest, UnknownKeysAreIgnoredLikeThePlatformOrNamedWhenAsked) {
   EXPECT_TRUE(d.request) << d.error;
 }
 
+TEST(DecodeRunRequest, ANulByteIsRefusedNotTheEndOfTheBody) {
+  // nlohmann stops at a NUL byte: what followed it was ignored.
+  const std::string body = std::string(R"({"code": "x"})") + '\0' + "garbage";
+  auto d = decode_run_request(body, std::nullopt);
+  EXPECT_FALSE(d.request);
+  EXPECT_EQ(d.error, "request body is not valid JSON: a NUL byte at offset 13");
+}
+
 TEST(DecodeRunRequest, RefusesDeepNestingBeforeParsing) {
   std::string body = R"({"code": "x", "inputs": {"a": )" + std::string(100000, '[') + std::string(100000, ']') + "}}";
   auto d = decode_run_request(body, std::nullopt);
