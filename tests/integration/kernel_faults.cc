@@ -1,0 +1,74 @@
+// When an integration test fails, prints what the kernel logged during it
+// about processes killed by a fault (segfault, general protection, trap,
+// with their instruction pointer, mapping and code bytes): a sandboxed run
+// killed by SIGSEGV otherwise leaves nothing that says where it crashed.
+// Needs read access to /dev/kmsg (root); elsewhere it stays silent.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+bool is_fault_record(const std::string& message) {
+  for (const char* marker : {"segfault at", "general protection", "trap ", "traps:", "Code: ", "invalid opcode",
+                             "potentially unexpected fatal signal"})
+    if (message.find(marker) != std::string::npos) return true;
+  return false;
+}
+
+// The fault records readable from `fd`, positioned where the test began.
+std::vector<std::string> fault_records_since(int fd) {
+  std::vector<std::string> out;
+  char record[8192];
+  for (;;) {
+    const ssize_t n = read(fd, record, sizeof record - 1);
+    if (n < 0 && errno == EPIPE) continue;  // overwritten while we read: go on
+    if (n <= 0) break;                      // EAGAIN: nothing more
+    const std::string text(record, static_cast<size_t>(n));
+    const size_t semicolon = text.find(';');
+    if (semicolon == std::string::npos) continue;
+    std::string message = text.substr(semicolon + 1);
+    message = message.substr(0, message.find('\n'));
+    if (is_fault_record(message)) out.push_back(message);
+  }
+  return out;
+}
+
+class KernelFaultsOnFailure : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo&) override {
+    close_log();
+    fd_ = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd_ >= 0 && lseek(fd_, 0, SEEK_END) < 0) close_log();
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (fd_ >= 0 && info.result() && info.result()->Failed()) {
+      const std::vector<std::string> records = fault_records_since(fd_);
+      if (!records.empty()) std::printf("kernel log of faults during this test (%zu):\n", records.size());
+      for (size_t i = 0; i < records.size() && i < 24; ++i) std::printf("  kernel: %s\n", records[i].c_str());
+      std::fflush(stdout);
+    }
+    close_log();
+  }
+
+ private:
+  void close_log() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+// Registered before gtest_main runs the tests.
+const bool kRegistered = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new KernelFaultsOnFailure);
+  return true;
+}();
+
+}  // namespace
