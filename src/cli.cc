@@ -292,6 +292,9 @@ int exec_command(const ExecOptions& opt) {
   // would overflow its stack. The node holds requests to the same bound.
   if (json_nesting_depth(inputs_text) > kMaxJsonDepth)
     throw UsageError(inputs_flag + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  // nlohmann ends its input at a NUL byte and would ignore what follows.
+  if (const size_t nul = inputs_text.find('\0'); nul != std::string::npos)
+    throw UsageError(inputs_flag + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
   try {
     request.inputs = nlohmann::ordered_json::parse(inputs_text);
   } catch (const nlohmann::json::parse_error& e) {

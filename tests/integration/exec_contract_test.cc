@@ -211,5 +211,15 @@ TEST(ExecCli, DeeplyNestedInputsAreRefusedNotACrash) {
   EXPECT_NE(r.err.find("--inputs-file " + deep + ": nested deeper than 1000 levels"), std::string::npos) << r.err;
 }
 
+TEST(ExecCli, InputsWithANulByteAreRefused) {
+  // The JSON parser stops at a NUL byte: the rest would have been ignored.
+  TempDir dir;
+  const std::string inputs = dir.write("nul.json", std::string("{\"a\": 1}\0{\"b\": 2}", 17));
+  CliResult r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs-file", inputs});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--inputs-file " + inputs + ": not valid JSON: a NUL byte at offset 8"), std::string::npos)
+      << r.err;
+}
+
 }  // namespace
 }  // namespace nsbox::testing
