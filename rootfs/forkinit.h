@@ -59,4 +59,9 @@ long nsbox_fork_run(const struct nsbox_run* run);
 /* Rewrites this process's argv area (what /proc/PID/cmdline shows). */
 void nsbox_set_cmdline(const char* text, size_t len);
 
+/* In the Node zygote, before each run is forked (forkmaps.c): every
+ * anonymous mapping is copied by fork again, whatever V8 advised. 0, or -1
+ * with errno when /proc/self/maps could not be read. */
+int nsbox_allow_fork_of_anonymous_mappings(void);
+
 #endif

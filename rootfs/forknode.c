@@ -10,7 +10,8 @@
  * Two things make a Node process forkable, both done here:
  * - V8 marks its heap MADV_DONTFORK (so that child_process.spawn copies
  *   little): a plain fork() gives a child without a heap, which crashes.
- *   allow_fork_of_all_mappings() undoes that before each run is cloned.
+ *   nsbox_allow_fork_of_anonymous_mappings() (forkmaps.c) undoes that
+ *   before each run is cloned.
  * - Only the forking thread lives on in a child. The zygote runs with V8's
  *   --single-threaded, so V8 hands no task to the platform's worker
  *   threads, which a run does not have (its jobs would: below); libuv's loop is made anew in the
@@ -209,21 +210,6 @@ static napi_value receive(napi_env env, napi_callback_info info) {
   return result;
 }
 
-/* Undoes V8's MADV_DONTFORK on its heap (and on anything else anonymous):
- * the workload, forked by the run's PID 1, must get a copy of every page. */
-static void allow_fork_of_all_mappings(void) {
-  FILE* maps = fopen("/proc/self/maps", "re");
-  if (!maps) return;
-  char line[512];
-  while (fgets(line, sizeof line, maps)) {
-    unsigned long start, end;
-    char path[256] = "";
-    if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %255s", &start, &end, path) < 2) continue;
-    if (path[0] == 0) madvise((void*)start, end - start, MADV_DOFORK);
-  }
-  fclose(maps);
-}
-
 /* In the workload: fresh entropy for OpenSSL's generators (the primary and
  * this thread's two), which are byte for byte the zygote's. Prediction
  * resistance makes each draw from the kernel; the additional input is
@@ -384,7 +370,11 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
     napi_is_exception_pending(env, &pending);
     return pending ? NULL : throw_failure(env, "fork server", "run plan", ENOMEM);
   }
-  allow_fork_of_all_mappings();
+  if (nsbox_allow_fork_of_anonymous_mappings() < 0) {
+    int err = errno;
+    free_plan(&memory);
+    return throw_failure(env, "read", "/proc/self/maps", err);
+  }
   long pid = nsbox_fork_run(&run);
   free_plan(&memory);
   if (pid < 0) return throw_failure(env, "clone", "run namespaces", (int)-pid);
