@@ -297,7 +297,7 @@ int exec_command(const ExecOptions& opt) {
     throw UsageError(inputs_flag + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
   try {
     request.inputs = nlohmann::ordered_json::parse(inputs_text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     throw UsageError(inputs_flag + ": not valid JSON: " + e.what());
   }
   if (!request.inputs.is_object()) throw UsageError(inputs_flag + ": must be a JSON object");

@@ -221,5 +221,13 @@ TEST(ExecCli, InputsWithANulByteAreRefused) {
       << r.err;
 }
 
+TEST(ExecCli, InputsWithANumberTooLargeForADoubleAreRefusedNotACrash) {
+  // nlohmann throws out_of_range, not parse_error, for 1e999: it aborted nsbox.
+  CliResult r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs", "{\"a\": 1e999}"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--inputs: not valid JSON: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1e999"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace nsbox::testing
