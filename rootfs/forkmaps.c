@@ -11,10 +11,10 @@
  * named mapping. (In CI's cgroup v2 guest, which runs 6.1, a few zygote
  * starts in a thousand gave runs that all died by SIGSEGV reading a page of
  * V8's code space; this is the gap found that can leave such a page out.)
- * Anonymous means inode 0, private memory: file mappings are copied anyway,
- * and shared memory (shmem, memfd) keeps what was advised, so that a run
- * never shares pages with its zygote. Built by tools/build-rootfs into
- * forkinit.node, and by the tests
+ * Anonymous means private with inode 0: file mappings are copied anyway,
+ * and shared mappings (shmem, memfd, SysV shm) keep what was advised: this
+ * step never makes a run share pages with its zygote. Built by
+ * tools/build-rootfs into forkinit.node, and by the tests
  * (tests/integration/fork_maps_test.cc). */
 #include <errno.h>
 #include <stdio.h>
@@ -30,8 +30,11 @@ int nsbox_allow_fork_of_anonymous_mappings(void) {
   size_t capacity = 0;
   while (getline(&line, &capacity, maps) > 0) {
     unsigned long start, end, inode;
-    /* start-end perms offset dev inode [name] */
-    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &start, &end, &inode) != 3 || inode != 0) continue;
+    char perms[5];
+    /* start-end perms offset dev inode [name]; perms[3] is 'p' (private)
+     * or 's' (shared: SysV shm can have inode 0) */
+    if (sscanf(line, "%lx-%lx %4s %*s %*s %lu", &start, &end, perms, &inode) != 4 || perms[3] != 'p' || inode != 0)
+      continue;
     /* Fails only on mappings that fork never copies anyway ([vvar], which
      * is VM_IO): nothing to undo there. */
     madvise((void*)start, end - start, MADV_DOFORK);

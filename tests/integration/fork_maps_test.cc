@@ -33,18 +33,21 @@ enum CaseExit {
   kUnsupported = 14,
 };
 
+enum ChildRead { kRead, kNotRead, kNoChild };
+
 // Whether a forked child can read every page of `area` as the parent wrote it.
-bool child_reads(const char* area) {
+ChildRead child_read(const char* area) {
   const pid_t pid = fork();
   if (pid == 0) {
-    signal(SIGSEGV, SIG_DFL);  // a sanitizer's handler would exit instead
+    signal(SIGSEGV, SIG_DFL);            // a sanitizer's handler would exit instead
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // and no core of the test binary
     for (size_t i = 0; i < kSize; i += 4096)
       if (static_cast<const volatile char*>(area)[i] != kFill) _exit(1);
     _exit(0);
   }
   int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return false;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return kNoChild;
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? kRead : kNotRead;
 }
 
 // In a child: `make_area` maps an area advised MADV_DONTFORK; its exit says
@@ -56,9 +59,12 @@ int case_exit(const std::function<char*()>& make_area) {
     if (!area) _exit(errno == EINVAL ? kUnsupported : kSetupFailed);
     std::memset(area, kFill, kSize);
     if (madvise(area, kSize, MADV_DONTFORK) != 0) _exit(kSetupFailed);
-    if (child_reads(area)) _exit(kCopiedWithoutTheStep);
+    const ChildRead without_the_step = child_read(area);
+    if (without_the_step != kNotRead) _exit(without_the_step == kRead ? kCopiedWithoutTheStep : kSetupFailed);
     if (nsbox_allow_fork_of_anonymous_mappings() != 0) _exit(kStepFailed);
-    _exit(child_reads(area) ? kCopied : kMissingAfterTheStep);
+    const ChildRead with_the_step = child_read(area);
+    if (with_the_step == kNoChild) _exit(kSetupFailed);
+    _exit(with_the_step == kRead ? kCopied : kMissingAfterTheStep);
   }
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;

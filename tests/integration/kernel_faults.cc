@@ -50,7 +50,8 @@ class KernelFaultsOnFailure : public ::testing::EmptyTestEventListener {
   void OnTestEnd(const ::testing::TestInfo& info) override {
     if (fd_ >= 0 && info.result() && info.result()->Failed()) {
       const std::vector<std::string> records = fault_records_since(fd_);
-      if (!records.empty()) std::printf("kernel log of faults during this test (%zu):\n", records.size());
+      if (!records.empty())
+        std::printf("kernel log of faults by any process while this test ran (%zu):\n", records.size());
       for (size_t i = 0; i < records.size() && i < 24; ++i) std::printf("  kernel: %s\n", records[i].c_str());
       std::fflush(stdout);
     }
