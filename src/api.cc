@@ -118,25 +118,30 @@ std::string replace_lone_surrogate_escapes(std::string_view text) {
   return out;
 }
 
+ParsedJson parse_untrusted_json(std::string_view text) {
+  ParsedJson parsed;
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    parsed.error = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+  } else if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    parsed.error = "not valid JSON: a NUL byte at offset " + std::to_string(nul);
+  } else {
+    try {
+      parsed.value = json::parse(text.begin(), text.end());
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
+      parsed.error = "not valid JSON: " + parse_error_message(e.what());
+    }
+  }
+  return parsed;
+}
+
 DecodedRequest decode_run_request(std::string_view body, std::optional<Language> pinned, bool refuse_unknown_keys) {
   DecodedRequest d;
-  if (json_nesting_depth(body) > kMaxJsonDepth) {
-    d.error = "request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+  ParsedJson parsed = parse_untrusted_json(body);
+  if (!parsed.error.empty()) {
+    d.error = "request body is " + parsed.error;
     return d;
   }
-  // nlohmann ends its input at a NUL byte and would ignore what follows;
-  // no JSON text holds one.
-  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
-    d.error = "request body is not valid JSON: a NUL byte at offset " + std::to_string(nul);
-    return d;
-  }
-  json j;
-  try {
-    j = json::parse(body.begin(), body.end());
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    d.error = "request body is not valid JSON: " + parse_error_message(e.what());
-    return d;
-  }
+  const json& j = parsed.value;
   if (!j.is_object()) {
     d.error = "request body must be a JSON object with \"code\"";
     return d;

@@ -288,18 +288,10 @@ int exec_command(const ExecOptions& opt) {
   const std::string inputs_flag = opt.inputs_file.empty() ? "--inputs" : "--inputs-file " + opt.inputs_file;
   const std::string inputs_text =
       opt.inputs_file.empty() ? opt.inputs : read_input_file("--inputs-file", opt.inputs_file);
-  // Checked before parsing: the parser recurses, and a deep enough document
-  // would overflow its stack. The node holds requests to the same bound.
-  if (json_nesting_depth(inputs_text) > kMaxJsonDepth)
-    throw UsageError(inputs_flag + ": nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  // nlohmann ends its input at a NUL byte and would ignore what follows.
-  if (const size_t nul = inputs_text.find('\0'); nul != std::string::npos)
-    throw UsageError(inputs_flag + ": not valid JSON: a NUL byte at offset " + std::to_string(nul));
-  try {
-    request.inputs = nlohmann::ordered_json::parse(inputs_text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
-    throw UsageError(inputs_flag + ": not valid JSON: " + e.what());
-  }
+  // Held to the node's rules for request bodies.
+  ParsedJson parsed = parse_untrusted_json(inputs_text);
+  if (!parsed.error.empty()) throw UsageError(inputs_flag + ": " + parsed.error);
+  request.inputs = std::move(parsed.value);
   if (!request.inputs.is_object()) throw UsageError(inputs_flag + ": must be a JSON object");
   RunSpec spec = spec_from_options(opt.sandbox);
   UniqueFd cancel = block_termination_signals();

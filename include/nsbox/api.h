@@ -29,6 +29,18 @@ size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
 // parser that builds UTF-8 refuses them. Not a validator.
 std::string replace_lone_surrogate_escapes(std::string_view text);
 
+// A JSON document parsed from text nsbox does not trust (a request body,
+// `exec --inputs`), or why not: error is "nested deeper than 1000 levels"
+// (checked first: the parser recurses, and a deep enough document would
+// overflow its stack) or "not valid JSON: <reason>" (a NUL byte, at which
+// nlohmann would end its input and ignore what follows; a syntax error; a
+// number too large for a double). Never throws a parse error.
+struct ParsedJson {
+  nlohmann::ordered_json value;
+  std::string error;  // empty when value holds the document
+};
+ParsedJson parse_untrusted_json(std::string_view text);
+
 struct RunRequest {
   ExecRequest exec;
   // The request's "timeout" (seconds in the body); the profile's wall time

@@ -299,6 +299,23 @@ TEST(DecodeRunRequest, NumbersTooLargeForADoubleAreA400NotAnException) {
   EXPECT_NE(d.error.find("request body is not valid JSON: number overflow"), std::string::npos) << d.error;
 }
 
+TEST(ParseUntrustedJson, GivesTheDocumentOrWhyNotWithoutThrowing) {
+  ParsedJson ok = parse_untrusted_json(R"({"a": [1, "x"]})");
+  EXPECT_EQ(ok.error, "");
+  EXPECT_EQ(ok.value.dump(), R"({"a":[1,"x"]})");
+  // Any document, not only objects: the callers say what they need.
+  EXPECT_EQ(parse_untrusted_json("[]").value.dump(), "[]");
+  EXPECT_EQ(parse_untrusted_json(std::string("{}") + '\0').error, "not valid JSON: a NUL byte at offset 2");
+  EXPECT_EQ(parse_untrusted_json(std::string(1001, '[') + std::string(1001, ']')).error,
+            "nested deeper than 1000 levels");
+  EXPECT_EQ(parse_untrusted_json(std::string(1000, '[') + std::string(1000, ']')).error, "");
+  // nlohmann's own reasons, without its "[json.exception...] " prefix.
+  EXPECT_EQ(parse_untrusted_json("1e999").error.rfind("not valid JSON: number overflow", 0), 0u);
+  const std::string syntax = parse_untrusted_json("{").error;
+  EXPECT_EQ(syntax.rfind("not valid JSON: ", 0), 0u) << syntax;
+  EXPECT_EQ(syntax.find("[json.exception"), std::string::npos) << syntax;
+}
+
 TEST(DecodeRunRequest, UnsupportedLanguages) {
   auto d = decode_run_request(R"({"code": "x", "language": "ruby"})", std::nullopt);
   EXPECT_TRUE(d.unsupported_language);
