@@ -1,5 +1,6 @@
-// When an integration test fails, prints what the kernel logged during it
-// about processes killed by a fault (segfault, general protection, trap,
+// When an integration test fails, prints what the kernel logged while it
+// ran, by any process (ctest runs tests side by side), about processes
+// killed by a fault (segfault, general protection, trap,
 // with their instruction pointer, mapping and code bytes): a sandboxed run
 // killed by SIGSEGV otherwise leaves nothing that says where it crashed.
 // Needs read access to /dev/kmsg (root); elsewhere it stays silent.
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "nsbox/unique_fd.h"
 
 namespace {
 
@@ -43,27 +46,22 @@ std::vector<std::string> fault_records_since(int fd) {
 class KernelFaultsOnFailure : public ::testing::EmptyTestEventListener {
  public:
   void OnTestStart(const ::testing::TestInfo&) override {
-    close_log();
-    fd_ = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd_ >= 0 && lseek(fd_, 0, SEEK_END) < 0) close_log();
+    kmsg_.reset(open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (kmsg_ && lseek(kmsg_.get(), 0, SEEK_END) < 0) kmsg_.reset();
   }
   void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (fd_ >= 0 && info.result() && info.result()->Failed()) {
-      const std::vector<std::string> records = fault_records_since(fd_);
+    if (kmsg_ && info.result() && info.result()->Failed()) {
+      const std::vector<std::string> records = fault_records_since(kmsg_.get());
       if (!records.empty())
         std::printf("kernel log of faults by any process while this test ran (%zu):\n", records.size());
       for (size_t i = 0; i < records.size() && i < 24; ++i) std::printf("  kernel: %s\n", records[i].c_str());
       std::fflush(stdout);
     }
-    close_log();
+    kmsg_.reset();
   }
 
  private:
-  void close_log() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
+  nsbox::UniqueFd kmsg_;
 };
 
 // Registered before gtest_main runs the tests.
