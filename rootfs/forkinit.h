@@ -59,9 +59,16 @@ long nsbox_fork_run(const struct nsbox_run* run);
 /* Rewrites this process's argv area (what /proc/PID/cmdline shows). */
 void nsbox_set_cmdline(const char* text, size_t len);
 
+/* The step and object of a failure, for its message: static strings. */
+struct nsbox_failed_step {
+  const char* step;
+  const char* object;
+};
+
 /* In the Node zygote, before each run is forked (forkmaps.c): every
  * anonymous mapping is copied by fork again, whatever V8 advised. 0, or -1
- * with errno when /proc/self/maps could not be read. */
-int nsbox_allow_fork_of_anonymous_mappings(void);
+ * with errno and *failed set when /proc/self/maps could not be read whole
+ * or a mapping could not be advised. */
+int nsbox_allow_fork_of_anonymous_mappings(struct nsbox_failed_step* failed);
 
 #endif

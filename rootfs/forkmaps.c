@@ -23,25 +23,43 @@
 
 #include "forkinit.h"
 
-int nsbox_allow_fork_of_anonymous_mappings(void) {
+/* madvise's answers that leave nothing of the run's memory out: EINVAL,
+ * from a VM_IO mapping ([vvar]), which fork does not copy as memory, and
+ * ENOMEM, from an address with nothing mapped ([vsyscall] is not a mapping;
+ * a mapping freed since the maps were read is not needed by the run). Any
+ * other error may leave a mapping out of the run, which then crashes at its
+ * first touch: the run fails instead. */
+static int leaves_nothing_out(int err) { return err == EINVAL || err == ENOMEM; }
+
+int nsbox_allow_fork_of_anonymous_mappings(struct nsbox_failed_step* failed) {
+  failed->step = "read";
+  failed->object = "/proc/self/maps";
   FILE* maps = fopen("/proc/self/maps", "re");
   if (!maps) return -1;
   char* line = NULL;
   size_t capacity = 0;
-  while (getline(&line, &capacity, maps) > 0) {
+  int err = 0;
+  for (;;) {
+    errno = 0; /* getline's, if it fails */
+    if (getline(&line, &capacity, maps) < 0) break;
     unsigned long start, end, inode;
     char perms[5];
     /* start-end perms offset dev inode [name]; perms[3] is 'p' (private)
      * or 's' (shared: SysV shm can have inode 0) */
     if (sscanf(line, "%lx-%lx %4s %*s %*s %lu", &start, &end, perms, &inode) != 4 || perms[3] != 'p' || inode != 0)
       continue;
-    /* Fails only on mappings that fork never copies anyway ([vvar], which
-     * is VM_IO): nothing to undo there. */
-    madvise((void*)start, end - start, MADV_DOFORK);
+    if (madvise((void*)start, end - start, MADV_DOFORK) != 0 && !leaves_nothing_out(errno)) {
+      err = errno;
+      failed->step = "madvise MADV_DOFORK";
+      failed->object = "an anonymous mapping";
+      break;
+    }
   }
-  int failed = ferror(maps);
+  /* getline answers -1 at the end of the file and on an error (ENOMEM):
+   * only the end of the file means every mapping was seen. */
+  if (!err && (ferror(maps) || !feof(maps))) err = errno ? errno : EIO;
   free(line);
   fclose(maps);
-  if (failed) errno = EIO;
-  return failed ? -1 : 0;
+  errno = err;
+  return err ? -1 : 0;
 }

@@ -370,10 +370,11 @@ static napi_value fork_run(napi_env env, napi_callback_info info) {
     napi_is_exception_pending(env, &pending);
     return pending ? NULL : throw_failure(env, "fork server", "run plan", ENOMEM);
   }
-  if (nsbox_allow_fork_of_anonymous_mappings() < 0) {
+  struct nsbox_failed_step failed;
+  if (nsbox_allow_fork_of_anonymous_mappings(&failed) < 0) {
     int err = errno;
     free_plan(&memory);
-    return throw_failure(env, "read", "/proc/self/maps", err);
+    return throw_failure(env, failed.step, failed.object, err);
   }
   long pid = nsbox_fork_run(&run);
   free_plan(&memory);

@@ -61,7 +61,8 @@ int case_exit(const std::function<char*()>& make_area) {
     if (madvise(area, kSize, MADV_DONTFORK) != 0) _exit(kSetupFailed);
     const ChildRead without_the_step = child_read(area);
     if (without_the_step != kNotRead) _exit(without_the_step == kRead ? kCopiedWithoutTheStep : kSetupFailed);
-    if (nsbox_allow_fork_of_anonymous_mappings() != 0) _exit(kStepFailed);
+    nsbox_failed_step failed{};
+    if (nsbox_allow_fork_of_anonymous_mappings(&failed) != 0) _exit(kStepFailed);
     const ChildRead with_the_step = child_read(area);
     if (with_the_step == kNoChild) _exit(kSetupFailed);
     _exit(with_the_step == kRead ? kCopied : kMissingAfterTheStep);
