@@ -173,25 +173,11 @@ TEST_F(Cgroups, ForkBombStopsAtPidsMaxAndTheRunEndsOnTime) {
   EXPECT_LT(r.wall_ms, in_vm_guest() ? 30000 : 6000);
 }
 
-// The run cgroup's CPU weight file (cgroup v1 cpu.shares, v2 cpu.weight)
-// among this process's run cgroups, and the default it should return to.
-struct WeightFile {
-  std::string path;
-  std::string default_value;
-};
+// The CPU weight file among this process's run cgroups.
 std::optional<WeightFile> run_weight_file() {
-  for (const auto& dir : run_cgroup_dirs(launcher().cgroup_host())) {
-    if (::access((dir + "/cpu.weight").c_str(), F_OK) == 0) return WeightFile{dir + "/cpu.weight", "100"};
-    if (::access((dir + "/cpu.shares").c_str(), F_OK) == 0) return WeightFile{dir + "/cpu.shares", "1024"};
-  }
+  for (const auto& dir : run_cgroup_dirs(launcher().cgroup_host()))
+    if (auto weight = weight_file_in(dir)) return weight;
   return std::nullopt;
-}
-
-std::string first_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
 }
 
 TEST_F(Cgroups, PreparedSandboxStartsAtItsStartWeightAndRunsAtTheDefault) {
@@ -201,9 +187,7 @@ TEST_F(Cgroups, PreparedSandboxStartsAtItsStartWeightAndRunsAtTheDefault) {
   auto prepared = launcher().prepare(spec, 1);
   auto weight = run_weight_file();
   ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares in this process's run cgroups";
-  // Weight 1 of v2's 100 is 10 of v1's 1024 shares.
-  const std::string lowest = weight->path.ends_with("cpu.weight") ? "1" : "10";
-  EXPECT_EQ(first_line(weight->path), lowest) << "while it waits, the sandbox has the start weight";
+  EXPECT_EQ(first_line(weight->path), weight->lowest) << "while it waits, the sandbox has the start weight";
 
   // Sampled only while finish() runs: the cgroup outlives it.
   Result r;

@@ -272,6 +272,22 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::optional<WeightFile> weight_file_in(const std::string& cgroup_dir) {
+  if (::access((cgroup_dir + "/cpu.weight").c_str(), F_OK) == 0)
+    return WeightFile{cgroup_dir + "/cpu.weight", "1", "100"};
+  // Weight 1 of v2's 100 is 10 of v1's 1024 shares.
+  if (::access((cgroup_dir + "/cpu.shares").c_str(), F_OK) == 0)
+    return WeightFile{cgroup_dir + "/cpu.shares", "10", "1024"};
+  return std::nullopt;
+}
+
 std::set<std::string> dir_entries(const std::string& path) {
   std::set<std::string> out;
   if (DIR* d = ::opendir(path.c_str())) {

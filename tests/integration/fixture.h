@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,8 +88,18 @@ class TempDir {
 
 // The whole content of a (small) file, "" when it cannot be read.
 std::string slurp(const std::string& path);
+// The first line of a file, without its newline; "" when it cannot be read.
+std::string first_line(const std::string& path);
 // Names in a directory, without "." and "..".
 std::set<std::string> dir_entries(const std::string& path);
+
+// A cgroup's CPU weight file (v2 cpu.weight, v1 cpu.shares) with its values
+// for nsbox's lowest start-up weight and for the default.
+struct WeightFile {
+  std::string path, lowest, default_value;
+};
+// The weight file of cgroup_dir, if it has one (its cpu controller is on).
+std::optional<WeightFile> weight_file_in(const std::string& cgroup_dir);
 
 // A string unique to this test process, for argv markers and file names.
 std::string unique_token(const std::string& prefix);

@@ -241,10 +241,7 @@ TEST(PoolRefill, ARunnerThatDiesStartingIsRetriedWithBackoff) {
 }
 
 // The CPU weight file of the cgroup host process pid is in (v2 cpu.weight,
-// v1 cpu.shares), with the values of kWarmingCpuWeight and of the default.
-struct WeightFile {
-  std::string path, lowest, default_value;
-};
+// v1 cpu.shares).
 std::optional<WeightFile> cpu_weight_file_of(pid_t pid) {
   // "ID:CONTROLLERS:PATH" lines of /proc/PID/cgroup: PATH of the v2 line
   // ("0::"), or of the v1 line whose controllers include cpu.
@@ -260,8 +257,7 @@ std::optional<WeightFile> cpu_weight_file_of(pid_t pid) {
   };
   const CgroupHost& host = launcher().cgroup_host();
   if (auto path = path_in(pid, true); path && host.v2_mount) {
-    const std::string file = *host.v2_mount + *path + "/cpu.weight";
-    if (::access(file.c_str(), F_OK) == 0) return WeightFile{file, "1", "100"};
+    if (auto weight = weight_file_in(*host.v2_mount + *path)) return weight;
   }
   auto self_dir = host.v1_self_dirs.find("cpu");
   auto path = path_in(pid, false);
@@ -270,16 +266,7 @@ std::optional<WeightFile> cpu_weight_file_of(pid_t pid) {
   // The hierarchy's mount point: this process's cgroup directory less its path.
   const std::string root =
       *own == "/" ? self_dir->second : self_dir->second.substr(0, self_dir->second.size() - own->size());
-  const std::string file = root + *path + "/cpu.shares";
-  if (::access(file.c_str(), F_OK) != 0) return std::nullopt;
-  return WeightFile{file, "10", "1024"};  // weight 1 of v2's 100 is 10 of v1's 1024 shares
-}
-
-std::string first_line_of(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
+  return weight_file_in(root + *path);
 }
 
 // A forked refill's PID 1 sets the run up while it holds the key's fork
@@ -299,7 +286,7 @@ TEST(PoolRefill, AForkedSandboxSetsUpAtTheDefaultCpuWeight) {
   ASSERT_EQ(forked_inits.size(), 1u) << "the warm Python sandbox's PID 1";
   const auto weight = cpu_weight_file_of(forked_inits[0]);
   ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares for the forked sandbox";
-  EXPECT_EQ(first_line_of(weight->path), weight->default_value);
+  EXPECT_EQ(first_line(weight->path), weight->default_value);
 }
 
 // A tenant whose warm Python sandboxes start up only when the test lets
@@ -347,13 +334,13 @@ TEST(PoolWait, AMissWaitsForASandboxStillStartingAndRaisesItsWeight) {
   ASSERT_GT(runner, 0);
   const auto weight = cpu_weight_file_of(runner);
   ASSERT_TRUE(weight) << "no cpu.weight or cpu.shares for the warm sandbox's runner";
-  EXPECT_EQ(first_line_of(weight->path), weight->lowest) << "a refill starts at the lowest weight";
+  EXPECT_EQ(first_line(weight->path), weight->lowest) << "a refill starts at the lowest weight";
 
   json r;
   std::thread request([&] { r = run_v1(node, "def main(args):\n    return 6 * 7"); });
   EXPECT_TRUE(wait_metric(node, "nsbox_pool_waits_total", 1)) << node.log();
   std::string now;
-  for (int i = 0; i < 500 && (now = first_line_of(weight->path)) != weight->default_value; ++i)
+  for (int i = 0; i < 500 && (now = first_line(weight->path)) != weight->default_value; ++i)
     std::this_thread::sleep_for(10ms);
   EXPECT_EQ(now, weight->default_value) << "a start-up a request waits for keeps the lowest weight";
   dir.write("go", "");
