@@ -42,6 +42,16 @@ constexpr size_t kMaxShedQueue = 256;
 constexpr time_t kKeepAliveSeconds = 5;  // how long a new connection may wait before its request starts
 constexpr int kListenBacklog = 1024;
 
+// A body past body_limit is still read and dropped, up to this size, before
+// its 413 goes out. Closed with the body unread, the connection is reset, and
+// a client still sending (curl without Expect, Python's http.client) gets
+// the reset instead of the answer. A larger body is refused as soon as the
+// headers announce it, as is any past the limit whose client waits for
+// 100 Continue: it has sent nothing.
+constexpr uint64_t kDrainedBodyMax = 64ull << 20;
+
+uint64_t drained_body_max(uint64_t body_limit) { return std::max(body_limit, kDrainedBodyMax); }
+
 // Each listener's request threads: made at start, for the config of then.
 size_t request_threads(const NodeConfig& c) {
   return std::min(kMaxThreads, static_cast<size_t>(c.max_concurrent) + c.queue_depth + kSpareThreads);
@@ -147,6 +157,10 @@ const char* status_message(int status) {
   }
 }
 
+std::string too_large_message(uint64_t body_limit) {
+  return "request body exceeds the node's limit of " + format_size(body_limit);
+}
+
 // An answer that refuses a request.
 struct Refusal {
   int status = 0;  // 0: none
@@ -163,8 +177,10 @@ bool takes_a_body(const httplib::Request& req) {
 // takes the first of two Content-Length headers, reads "abc" as 0, accepts
 // any Transfer-Encoding, reads a POST without either until the connection
 // closes, reads a chunked body to an unknown path without bound, and applies
-// Range to any answer: refused instead.
-Refusal header_refusal(const httplib::Request& req, uint64_t body_limit) {
+// Range to any answer: refused instead. A body announced past body_limit
+// is refused here when the client waits for 100 Continue, or when it is too
+// large to drain; handle_post refuses the others once it has read them.
+Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool client_waits_for_continue) {
   const size_t lengths = req.get_header_value_count("Content-Length");
   const size_t encodings = req.get_header_value_count("Transfer-Encoding");
   if (lengths > 1) return {400, "bad_request", "more than one Content-Length header"};
@@ -183,14 +199,21 @@ Refusal header_refusal(const httplib::Request& req, uint64_t body_limit) {
   if (req.method == "POST" && !lengths && !encodings)
     return {411, "bad_request", "a POST needs a Content-Length or chunked encoding"};
   if (req.has_header("Range")) return {400, "bad_request", "a Range header is not supported here"};
-  if (lengths && (length.size() > 19 || std::stoull(length) > body_limit))
-    return {413, "too_large", "request body exceeds the node's limit of " + format_size(body_limit)};
+  const uint64_t refused_unread_past = client_waits_for_continue ? body_limit : drained_body_max(body_limit);
+  if (lengths && (length.size() > 19 || std::stoull(length) > refused_unread_past))
+    return {413, "too_large", too_large_message(body_limit)};
   return {};
 }
 
-// Reads and drops the body of a request refused on who sent it: closed with
-// the body unread, the connection would be reset, and a client still sending
-// would never read its answer. At most limit bytes; false when it could not.
+// The Content-Length of a request that header_refusal let through, or 0.
+uint64_t declared_length(const httplib::Request& req) {
+  const std::string length = req.get_header_value("Content-Length");
+  return length.empty() ? 0 : std::stoull(length);
+}
+
+// Reads and drops the body of a refused request: closed with the body
+// unread, the connection would be reset, and a client still sending would
+// never read its answer. At most limit bytes; false when it could not.
 bool discard_body(const httplib::Request& req, const httplib::ContentReader& reader, uint64_t limit) {
   uint64_t seen = 0;
   auto count = [&seen, limit](const char*, size_t size) { return (seen += size) <= limit; };
@@ -344,8 +367,15 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
   auto cfg = config();
+  // A limit raised by a reload stops where the server, made at start, stops
+  // reading (set_payload_max_length): past that, a body would end early.
+  const uint64_t limit = std::min(cfg->body_limit, drained_body_max(started_->body_limit));
+  if (declared_length(req) > limit) {
+    discard_body(req, reader, drained_body_max(limit));
+    return reject(req, res, "too_large", 413, too_large_message(limit));
+  }
   if (std::string why = refused_origin(req, cfg->cors_origins); !why.empty()) {
-    discard_body(req, reader, cfg->body_limit);
+    discard_body(req, reader, limit);
     return reject(req, res, "forbidden", 403, why);
   }
   // Who is asking is decided from the headers, before a byte of the body is
@@ -354,32 +384,31 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
   std::string why;
   const TenantConfig* tenant = authenticate(*cfg, cfg->listeners[li], req, why);
   if (!tenant) {
-    discard_body(req, reader, cfg->body_limit);
+    discard_body(req, reader, limit);
     res.set_header("WWW-Authenticate", "Bearer");
     return reject(req, res, "unauthorized", 401, why);
   }
   if (req.is_multipart_form_data()) {
     // cpp-httplib reads such a body only part by part, which no request of
     // this API is.
-    discard_body(req, reader, cfg->body_limit);
+    discard_body(req, reader, limit);
     return reject(req, res, "bad_request", 415,
                   "a multipart/form-data body is not a run request: send the request as a JSON object");
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
-  const uint64_t limit = cfg->body_limit;
   std::string body;
-  bool too_large = false;
+  uint64_t seen = 0;
   const bool complete = reader([&](const char* data, size_t size) {
-    if (body.size() + size > limit) {
-      too_large = true;
-      return false;
+    seen += size;
+    if (seen <= limit) {
+      body.append(data, size);
+      return true;
     }
-    body.append(data, size);
-    return true;
+    std::string().swap(body);  // a chunked body past the limit: dropped as it comes
+    return seen <= drained_body_max(limit);
   });
-  if (too_large)
-    return reject(req, res, "too_large", 413, "request body exceeds the node's limit of " + format_size(limit));
+  if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit));
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
     // request it meant, and is never run.
@@ -462,7 +491,8 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // Headers and body are separate writes: without this, Nagle and the
   // client's delayed ACK add 40 ms to every answer on a kept-alive connection.
   svr->set_tcp_nodelay(true);
-  svr->set_payload_max_length(cfg->body_limit);
+  // handle_post holds a body to the limit; up to this, one past it is drained.
+  svr->set_payload_max_length(drained_body_max(cfg->body_limit));
   // One request per connection. cpp-httplib 0.11 reads each request of a
   // connection through a fresh buffer and keeps the connection whatever an
   // answer's Connection header says: a body left unread (a refusal, a HEAD,
@@ -472,13 +502,13 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // Refused on its head, a request's body is never read; with Expect:
   // 100-continue the client is told before it sends it.
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const Refusal refusal = header_refusal(req, config()->body_limit);
+    const Refusal refusal = header_refusal(req, config()->body_limit, false);
     if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
     reject(req, res, refusal.reason, refusal.status, refusal.message);
     return httplib::Server::HandlerResponse::Handled;
   });
   svr->set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const Refusal refusal = header_refusal(req, config()->body_limit);
+    const Refusal refusal = header_refusal(req, config()->body_limit, true);
     if (!refusal.status) return 100;
     reject(req, res, refusal.reason, refusal.status, refusal.message);
     return refusal.status;
@@ -486,8 +516,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer
     if (res.status == 413) {        // a chunked body past the limit
-      return reject(req, res, "too_large", 413,
-                    "request body exceeds the node's limit of " + format_size(config()->body_limit));
+      return reject(req, res, "too_large", 413, too_large_message(config()->body_limit));
     }
     reply(req, res, res.status, error_body(status_message(res.status)));
   });

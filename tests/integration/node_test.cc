@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <httplib.h>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -194,12 +196,13 @@ TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {
   EXPECT_EQ(json::parse(r->body)["limits"]["wall_ms"], 2500);
 }
 
-TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
-  // Announce 64 MiB, send only the headers: the answer must come anyway.
+TEST_F(Node, ABodyTooLargeToDrainIs413WithoutReadingIt) {
+  // Announce 1 GiB, past the 64 MiB the node reads to drop, and send only
+  // the headers: the answer must come anyway.
   int s = connect_loopback(node_.port());
   ASSERT_GE(s, 0);
   std::string head =
-      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"code\": "
+      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{\"code\": "
       "\"";
   ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
   // The answer must come at once, not after a read timeout (10 s here).
@@ -211,13 +214,46 @@ TEST_F(Node, BodyOverTheLimitIs413WithoutReadingIt) {
   EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
             std::string::npos)
       << answer;
-  // A client that waits for 100 Continue is told instead, and sends nothing.
+  // A client that waits for 100 Continue is told instead, and sends nothing,
+  // whatever the size past the limit.
   answer = send_raw(node_.port(),
-                    "POST /run HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 67108864\r\n\r\n");
+                    "POST /run HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3000000\r\n\r\n");
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
   auto health = node_.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(Node, AClientStillSendingABodyPastTheLimitReadsThe413NotAReset) {
+  // Python's http.client and curl without Expect send the whole body before
+  // they read. Refused unread, the body made the node's close reset the
+  // connection, and the client's send failed (EPIPE, ECONNRESET) before it
+  // could read the answer.
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  constexpr size_t kBody = 8u << 20;  // four times the limit of 2 MiB
+  const std::string head =
+      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(kBody) +
+      "\r\n\r\n";
+  ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string block(1u << 16, 'x');
+  size_t sent = 0;
+  while (sent < kBody) {
+    const ssize_t n = ::send(s, block.data(), std::min(block.size(), kBody - sent), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  const int send_errno = errno;
+  EXPECT_EQ(sent, kBody) << "the body was cut off after " << sent << " bytes: " << std::strerror(send_errno);
+  std::string answer = read_answer(s);
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
+            std::string::npos)
+      << answer.substr(0, 300);
 }
 
 TEST_F(Node, AMultipartFormIsRefusedWithWhatToSendInstead) {
@@ -250,8 +286,11 @@ TEST_F(Node, BodiesAreReadWhateverTheirContentType) {
   std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
   ASSERT_GT(::send(s, head.data(), head.size(), MSG_NOSIGNAL), 0);
   const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";
-  for (int i = 0; i < 48; ++i)
-    if (::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;  // the node may close first
+  bool sent_all = true;
+  for (int i = 0; i < 48 && sent_all; ++i)
+    sent_all = ::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(chunk.size());
+  sent_all = sent_all && ::send(s, "0\r\n\r\n", 5, MSG_NOSIGNAL) == 5;
+  EXPECT_TRUE(sent_all) << "the node closed before the client sent its last chunk: " << std::strerror(errno);
   std::string answer = read_answer(s);
   ::close(s);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, 200);
