@@ -16,6 +16,7 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
 
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
@@ -51,6 +52,25 @@ constexpr int kListenBacklog = 1024;
 constexpr uint64_t kDrainedBodyMax = 64ull << 20;
 
 uint64_t drained_body_max(uint64_t body_limit) { return std::max(body_limit, kDrainedBodyMax); }
+
+// Tells the service manager (systemd's Type=notify, through $NOTIFY_SOCKET)
+// where the node stands: READY once every listener accepts, RELOADING and
+// READY around a SIGHUP, STOPPING at a drain. Does nothing without one.
+void notify_service_manager(const std::string& state) {
+  if (int err = ::sd_notify(0, state.c_str()); err < 0)
+    spdlog::warn("notify the service manager ({}): {}", state.substr(0, state.find('\n')), std::strerror(-err));
+}
+
+std::string serving_status(const NodeConfig& c) {
+  return "STATUS=serving " + std::to_string(c.tenants.size()) + " tenants, max_concurrent " +
+         std::to_string(c.max_concurrent) + ", queue_depth " + std::to_string(c.queue_depth);
+}
+
+std::string monotonic_usec_now() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return std::to_string(static_cast<uint64_t>(now.tv_sec) * 1000000 + static_cast<uint64_t>(now.tv_nsec) / 1000);
+}
 
 // Each listener's request threads: made at start, for the config of then.
 size_t request_threads(const NodeConfig& c) {
@@ -700,17 +720,22 @@ int Node::serve(const sigset_t& signals) {
   }
   spdlog::info("node ready: config {}, {} tenants, max_concurrent {}, queue_depth {}", cfg->source, cfg->tenants.size(),
                cfg->max_concurrent, cfg->queue_depth);
+  notify_service_manager("READY=1\n" + serving_status(*cfg));
   for (;;) {
     siginfo_t info;
     int sig = ::sigwaitinfo(&signals, &info);
     if (sig < 0) continue;
     if (sig == SIGHUP) {
-      reload();
+      // MONOTONIC_USEC: systemd 253's Type=notify-reload matches it to the signal.
+      notify_service_manager("RELOADING=1\nMONOTONIC_USEC=" + monotonic_usec_now());
+      reload();  // a config that does not load leaves the running one
+      notify_service_manager("READY=1\n" + serving_status(*config()));
       continue;
     }
     spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     break;
   }
+  notify_service_manager("STOPPING=1");
   drain();
   spdlog::info("stopped");
   return 0;

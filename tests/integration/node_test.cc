@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
 namespace {
@@ -765,6 +767,58 @@ TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
   auto wrong = post(node.client(js_port), "/run", request(kDocumentedCode, {{"num", 4}}, 0, "python"));
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->body, "{\"output\": {\"return\": null, \"error\": \"Unsupported language: python\"}}");
+}
+
+// A unix datagram socket standing in for systemd's $NOTIFY_SOCKET.
+class NotifySocket {
+ public:
+  NotifySocket() : path_(dir_.path() + "/notify") {
+    fd_ = UniqueFd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path_.c_str());
+    bound_ = fd_ && ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{60, 0};  // the VM rig is slow
+    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  bool bound() const { return bound_; }
+  const std::string& path() const { return path_; }
+  // The next message, "" after 60 s without one.
+  std::string next() const {
+    char buf[4096];
+    const ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  UniqueFd fd_;
+  bool bound_ = false;
+};
+
+TEST(NodeListeners, TellsSystemdItIsReadyOnlyOnceItServesAndWhenItReloadsAndStops) {
+  NotifySocket manager;
+  ASSERT_TRUE(manager.bound()) << manager.path() << ": " << std::strerror(errno);
+  ::setenv("NOTIFY_SOCKET", manager.path().c_str(), 1);
+  NodeProcess node("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n");
+  ::unsetenv("NOTIFY_SOCKET");
+  const std::string ready = manager.next();
+  EXPECT_EQ(ready.rfind("READY=1\n", 0), 0u) << ready << node.log();
+  EXPECT_NE(ready.find("STATUS=serving 1 tenants"), std::string::npos) << ready;
+  // Ready means serving: a unit ordered after nsbox may send at once.
+  auto health = node.client().Get("/health");
+  ASSERT_TRUE(health) << "READY=1 came before the listener accepted" << node.log();
+  EXPECT_EQ(health->status, 200);
+
+  ::kill(node.pid(), SIGHUP);
+  const std::string reloading = manager.next();
+  EXPECT_EQ(reloading.rfind("RELOADING=1\nMONOTONIC_USEC=", 0), 0u) << reloading;
+  EXPECT_EQ(manager.next().rfind("READY=1\n", 0), 0u) << node.log();
+
+  ::kill(node.pid(), SIGTERM);
+  EXPECT_EQ(manager.next(), "STOPPING=1");
+  EXPECT_EQ(node.wait_exit(), 0) << node.log();
 }
 
 TEST(NodeListeners, ABrokenConfigIsRefusedAtStartWithItsPosition) {
