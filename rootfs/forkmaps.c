@@ -23,13 +23,19 @@
 
 #include "forkinit.h"
 
-/* madvise's answers that leave nothing of the run's memory out: EINVAL,
- * from a VM_IO mapping ([vvar]), which fork does not copy as memory, and
- * ENOMEM, from an address with nothing mapped ([vsyscall] is not a mapping;
- * a mapping freed since the maps were read is not needed by the run). Any
- * other error may leave a mapping out of the run, which then crashes at its
- * first touch: the run fails instead. */
-static int leaves_nothing_out(int err) { return err == EINVAL || err == ENOMEM; }
+/* Whether a failed madvise of [start, end) left nothing of the run's memory
+ * out. EINVAL comes from a VM_IO mapping ([vvar]), which fork does not copy
+ * as memory. ENOMEM comes from an address with nothing mapped ([vsyscall] is
+ * not a mapping; a mapping freed since the maps were read is not needed by
+ * the run), but also from a failure to split or merge the mapping, which
+ * leaves its advice as it was: msync tells them apart, answering ENOMEM only
+ * when part of the range is not mapped. Any other error may leave a mapping
+ * out of the run, which would crash at its first touch: the run fails
+ * instead. */
+static int leaves_nothing_out(int err, unsigned long start, unsigned long end) {
+  if (err == EINVAL) return 1;
+  return err == ENOMEM && msync((void*)start, end - start, MS_ASYNC) != 0 && errno == ENOMEM;
+}
 
 int nsbox_allow_fork_of_anonymous_mappings(struct nsbox_failed_step* failed) {
   failed->step = "read";
@@ -48,8 +54,10 @@ int nsbox_allow_fork_of_anonymous_mappings(struct nsbox_failed_step* failed) {
      * or 's' (shared: SysV shm can have inode 0) */
     if (sscanf(line, "%lx-%lx %4s %*s %*s %lu", &start, &end, perms, &inode) != 4 || perms[3] != 'p' || inode != 0)
       continue;
-    if (madvise((void*)start, end - start, MADV_DOFORK) != 0 && !leaves_nothing_out(errno)) {
-      err = errno;
+    if (madvise((void*)start, end - start, MADV_DOFORK) == 0) continue;
+    const int advise_err = errno;
+    if (!leaves_nothing_out(advise_err, start, end)) {
+      err = advise_err;
       failed->step = "madvise MADV_DOFORK";
       failed->object = "an anonymous mapping";
       break;
