@@ -43,15 +43,15 @@ constexpr size_t kMaxShedQueue = 256;
 constexpr time_t kKeepAliveSeconds = 5;  // how long a new connection may wait before its request starts
 constexpr int kListenBacklog = 1024;
 
-// A body past body_limit is still read and dropped, up to this size, before
-// its 413 goes out. Closed with the body unread, the connection is reset, and
-// a client still sending (curl without Expect, Python's http.client) gets
-// the reset instead of the answer. A larger body is refused as soon as the
-// headers announce it, as is any past the limit whose client waits for
-// 100 Continue: it has sent nothing.
-constexpr uint64_t kDrainedBodyMax = 64ull << 20;
+// A body past body_limit is still read and dropped, up to this much past
+// it, before its 413 goes out. Closed with the body unread, the connection
+// is reset, and a client still sending (curl without Expect, Python's
+// http.client) gets the reset instead of the answer. A larger body is
+// refused as soon as the headers announce it, as is any past the limit
+// whose client waits for 100 Continue: it has sent nothing.
+constexpr uint64_t kDrainedPastTheLimit = 64ull << 20;
 
-uint64_t drained_body_max(uint64_t body_limit) { return std::max(body_limit, kDrainedBodyMax); }
+uint64_t drained_body_max(uint64_t body_limit) { return body_limit + kDrainedPastTheLimit; }
 
 // Tells the service manager (systemd's Type=notify, through $NOTIFY_SOCKET)
 // where the node stands: READY once every listener accepts, RELOADING and
@@ -181,6 +181,9 @@ std::string too_large_message(uint64_t body_limit) {
   return "request body exceeds the node's limit of " + format_size(body_limit);
 }
 
+constexpr const char* kMultipartRefusal =
+    "a multipart/form-data body is not a run request: send the request as a JSON object";
+
 // An answer that refuses a request.
 struct Refusal {
   int status = 0;  // 0: none
@@ -195,12 +198,17 @@ bool takes_a_body(const httplib::Request& req) {
 // Why a request is refused on its head alone (status 0: it is not), before
 // any of its body is read or the client is told to send it. cpp-httplib
 // takes the first of two Content-Length headers, reads "abc" as 0, accepts
-// any Transfer-Encoding, reads a POST without either until the connection
-// closes, reads a chunked body to an unknown path without bound, and applies
-// Range to any answer: refused instead. A body announced past body_limit
-// is refused here when the client waits for 100 Continue, or when it is too
-// large to drain; handle_post refuses the others once it has read them.
+// any Transfer-Encoding, reads a POST, PUT or PATCH without either until the
+// connection closes (into memory), reads a chunked body to an unknown path
+// without bound, parses a multipart body part by part (its preamble and part
+// headers escape any count), and applies Range to any answer: refused
+// instead. A body announced past body_limit is refused here when the client
+// waits for 100 Continue, or when it is too large to drain; handle_post
+// refuses the others once it has read them.
 Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool client_waits_for_continue) {
+  if (req.method != "GET" && req.method != "HEAD" && req.method != "POST" && req.method != "OPTIONS")
+    return {405, "bad_request",
+            "method " + req.method + " is not allowed: the node serves GET, HEAD, POST and OPTIONS (CORS)"};
   const size_t lengths = req.get_header_value_count("Content-Length");
   const size_t encodings = req.get_header_value_count("Transfer-Encoding");
   if (lengths > 1) return {400, "bad_request", "more than one Content-Length header"};
@@ -219,6 +227,9 @@ Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool cl
   if (req.method == "POST" && !lengths && !encodings)
     return {411, "bad_request", "a POST needs a Content-Length or chunked encoding"};
   if (req.has_header("Range")) return {400, "bad_request", "a Range header is not supported here"};
+  if (req.is_multipart_form_data() &&
+      (encodings || req.get_header_value("Content-Type").find("boundary=") == std::string::npos))
+    return {415, "bad_request", kMultipartRefusal};
   const uint64_t refused_unread_past = client_waits_for_continue ? body_limit : drained_body_max(body_limit);
   if (lengths && (length.size() > 19 || std::stoull(length) > refused_unread_past))
     return {413, "too_large", too_large_message(body_limit)};
@@ -276,6 +287,12 @@ class Node {
   int serve(const sigset_t& signals);
 
  private:
+  // The body limit of c where the servers, made at start, can hold to it:
+  // a limit raised by a reload stops where they stop reading
+  // (set_payload_max_length), past which a body would seem to end early.
+  uint64_t body_limit_now(const NodeConfig& c) const {
+    return std::min(c.body_limit, drained_body_max(started_->body_limit));
+  }
   std::shared_ptr<const NodeConfig> config() const {
     std::lock_guard<std::mutex> lock(state_mutex_);
     return config_;
@@ -291,6 +308,7 @@ class Node {
   // A refusal, counted in the metrics by reason.
   void reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
               const std::string& message) const;
+  void refuse_on_head(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                    std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -343,6 +361,11 @@ void Node::reject(const httplib::Request& req, httplib::Response& res, const cha
   reply(req, res, status, error_body(message));
 }
 
+void Node::refuse_on_head(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const {
+  if (refusal.status == 405) res.set_header("Allow", "GET, HEAD, POST, OPTIONS");
+  reject(req, res, refusal.reason, refusal.status, refusal.message);
+}
+
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                        std::string& why) const {
   if (!req.has_header("Authorization")) {
@@ -387,9 +410,7 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
   auto cfg = config();
-  // A limit raised by a reload stops where the server, made at start, stops
-  // reading (set_payload_max_length): past that, a body would end early.
-  const uint64_t limit = std::min(cfg->body_limit, drained_body_max(started_->body_limit));
+  const uint64_t limit = body_limit_now(*cfg);
   if (declared_length(req) > limit) {
     discard_body(req, reader, drained_body_max(limit));
     return reject(req, res, "too_large", 413, too_large_message(limit));
@@ -412,8 +433,7 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     // cpp-httplib reads such a body only part by part, which no request of
     // this API is.
     discard_body(req, reader, limit);
-    return reject(req, res, "bad_request", 415,
-                  "a multipart/form-data body is not a run request: send the request as a JSON object");
+    return reject(req, res, "bad_request", 415, kMultipartRefusal);
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
@@ -522,21 +542,21 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // Refused on its head, a request's body is never read; with Expect:
   // 100-continue the client is told before it sends it.
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const Refusal refusal = header_refusal(req, config()->body_limit, false);
+    const Refusal refusal = header_refusal(req, body_limit_now(*config()), false);
     if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
-    reject(req, res, refusal.reason, refusal.status, refusal.message);
+    refuse_on_head(req, res, refusal);
     return httplib::Server::HandlerResponse::Handled;
   });
   svr->set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const Refusal refusal = header_refusal(req, config()->body_limit, true);
+    const Refusal refusal = header_refusal(req, body_limit_now(*config()), true);
     if (!refusal.status) return 100;
-    reject(req, res, refusal.reason, refusal.status, refusal.message);
+    refuse_on_head(req, res, refusal);
     return refusal.status;
   });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer
     if (res.status == 413) {        // a chunked body past the limit
-      return reject(req, res, "too_large", 413, too_large_message(config()->body_limit));
+      return reject(req, res, "too_large", 413, too_large_message(body_limit_now(*config())));
     }
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
@@ -632,11 +652,11 @@ void Node::configure_pool(const NodeConfig& c) const {
 void warn_of_server_settings_kept(const NodeConfig& started, const NodeConfig& next) {
   if (next.client_timeout != started.client_timeout)
     spdlog::warn("reload: limits.client_timeout changed; it takes effect at the next restart");
-  if (next.body_limit != started.body_limit)
+  if (next.body_limit > drained_body_max(started.body_limit))
     spdlog::warn(
-        "reload: limits.body_limit changed; it takes effect at the next restart (until then a body larger than {} "
-        "bytes is refused, and a lower limit applies to a declared Content-Length only)",
-        started.body_limit);
+        "reload: limits.body_limit rose past the {} bytes the servers read; bodies larger than that are refused "
+        "until the next restart",
+        drained_body_max(started.body_limit));
   if (request_threads(next) > request_threads(started))
     spdlog::warn(
         "reload: max_concurrent + queue_depth rose; each listener keeps its {} request threads until the next "

@@ -404,10 +404,54 @@ TEST_F(Node, ABodyForAnythingButARunIsRefusedUnread) {
   std::string chunks;
   for (int i = 0; i < 8; ++i) chunks += chunk;
   const std::string answers = send_raw_until_closed(
-      node_.port(), "PUT /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", chunks);
+      node_.port(), "POST /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", chunks);
   EXPECT_EQ(answers.rfind("HTTP/1.1 400", 0), 0u) << answers.substr(0, 300);
-  EXPECT_NE(answers.find("{\"return\": null, \"error\": \"a PUT /nope request has no body here\"}"), std::string::npos)
+  EXPECT_NE(answers.find("{\"return\": null, \"error\": \"a POST /nope request has no body here\"}"), std::string::npos)
       << answers.substr(0, 300);
+}
+
+TEST_F(Node, MethodsTheNodeDoesNotServeAre405WithoutReadingABody) {
+  // cpp-httplib read the body of a PUT or PATCH sent with neither a length
+  // nor chunked encoding into memory until the client closed: the answer
+  // never came, and the node's memory grew with what was sent.
+  for (const std::string method : {"PUT", "PATCH", "DELETE", "TRACE"}) {
+    int s = connect_loopback(node_.port());
+    ASSERT_GE(s, 0);
+    timeval tv{5, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const std::string head = method + " /run HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(65536, 'a');
+    ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+    const std::string answer = read_answer(s);  // while the connection stays open
+    ::close(s);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 405", 0), 0u) << method << ": " << answer.substr(0, 300);
+    EXPECT_NE(answer.find("Allow: GET, HEAD, POST, OPTIONS\r\n"), std::string::npos) << answer.substr(0, 300);
+    EXPECT_NE(answer.find("\"error\": \"method " + method +
+                          " is not allowed: the node serves GET, HEAD, POST and OPTIONS (CORS)\"}"),
+              std::string::npos)
+        << answer.substr(0, 300);
+  }
+  auto health = node_.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(Node, AChunkedMultipartBodyIsRefusedUnread) {
+  // cpp-httplib parses a multipart body part by part: its preamble and part
+  // headers reach no counter, so a chunked one would be read without bound.
+  // Only the head is sent: the answer must come at once, not after the
+  // node's read timeout (10 s here).
+  int s = connect_loopback(node_.port());
+  ASSERT_GE(s, 0);
+  timeval tv{5, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string head =
+      "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+      "Content-Type: multipart/form-data; boundary=b\r\n\r\n";
+  ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string answer = read_answer(s);
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 415", 0), 0u) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("a multipart/form-data body is not a run request"), std::string::npos) << answer.substr(0, 300);
 }
 
 TEST_F(Node, ARangeHeaderIsRefused) {
@@ -692,18 +736,26 @@ TEST_F(NodeWithTenants, SighupSaysWhichServerSettingsWaitForARestart) {
   ASSERT_NE(config.find(old_limits), std::string::npos);
   config.replace(config.find(old_limits), old_limits.size(),
                  "  max_concurrent: 2\n  queue_depth: 8\n  grace_period: 1s\n  client_timeout: 3s\n"
-                 "  body_limit: 4MiB\n");
+                 "  body_limit: 128MiB\n");
   node_.write_config(config);
   ::kill(node_.pid(), SIGHUP);
   for (int i = 0; i < 100 && node_.log().find("reloaded") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
   const std::string log = node_.log();
   EXPECT_NE(log.find("reloaded"), std::string::npos) << log;
   EXPECT_NE(log.find("limits.client_timeout changed; it takes effect at the next restart"), std::string::npos) << log;
-  EXPECT_NE(log.find("limits.body_limit changed; it takes effect at the next restart (until then a body larger "
-                     "than 2097152 bytes is refused"),
+  // Started at 2 MiB, the servers read 66 MiB at most.
+  EXPECT_NE(log.find("limits.body_limit rose past the 69206016 bytes the servers read; bodies larger than that are "
+                     "refused until the next restart"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("each listener keeps its 5 request threads until the next restart"), std::string::npos) << log;
+  // The raised limit applies at once up to what the servers read: 3 MiB
+  // was past the 2 MiB the node started with.
+  auto big = post(node_.client(), "/run",
+                  request("def main(args):\n    return len(args.params['s'])", {{"s", std::string(3u << 20, 'x')}}),
+                  {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->body, "{\"return\": 3145728, \"error\": null}");
   auto health = node_.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
