@@ -52,11 +52,13 @@ std::string sha256_hex(const std::string& data) {
   return out;
 }
 
-// One request on its own connection, as written; the answer as read.
-std::string send_raw(int port, const std::string& request_text) {
+// One request on its own connection, as written; the answer as read, or
+// what came within timeout_s (an answer that must not wait for the node's
+// read timeout of 10 s is read with less).
+std::string send_raw(int port, const std::string& request_text, time_t timeout_s = 10) {
   int s = connect_loopback(port);
   if (s < 0) return "connect failed";
-  timeval tv{10, 0};
+  timeval tv{timeout_s, 0};
   ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string answer = "send failed";
   if (::send(s, request_text.data(), request_text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request_text.size()))
@@ -199,19 +201,13 @@ TEST_F(Node, RequestTimeoutOnlyTightensTheProfile) {
 }
 
 TEST_F(Node, ABodyTooLargeToDrainIs413WithoutReadingIt) {
-  // Announce 1 GiB, past the 64 MiB the node reads to drop, and send only
-  // the headers: the answer must come anyway.
-  int s = connect_loopback(node_.port());
-  ASSERT_GE(s, 0);
-  std::string head =
-      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n{\"code\": "
-      "\"";
-  ASSERT_EQ(::send(s, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
-  // The answer must come at once, not after a read timeout (10 s here).
-  timeval tv{5, 0};
-  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  std::string answer = read_answer(s);
-  ::close(s);
+  // Announce 1 GiB, more than the 64 MiB past the limit that the node reads
+  // to drop, and send only the headers: the answer must come at once, not
+  // after a read timeout (10 s here).
+  std::string answer = send_raw(node_.port(),
+                                "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: 1073741824\r\n\r\n{\"code\": \"",
+                                5);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
   EXPECT_NE(answer.find("{\"return\": null, \"error\": \"request body exceeds the node's limit of 2MiB\"}"),
             std::string::npos)
@@ -415,14 +411,9 @@ TEST_F(Node, MethodsTheNodeDoesNotServeAre405WithoutReadingABody) {
   // nor chunked encoding into memory until the client closed: the answer
   // never came, and the node's memory grew with what was sent.
   for (const std::string method : {"PUT", "PATCH", "DELETE", "TRACE"}) {
-    int s = connect_loopback(node_.port());
-    ASSERT_GE(s, 0);
-    timeval tv{5, 0};
-    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    const std::string head = method + " /run HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(65536, 'a');
-    ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
-    const std::string answer = read_answer(s);  // while the connection stays open
-    ::close(s);
+    // The answer must come while the connection stays open.
+    const std::string answer =
+        send_raw(node_.port(), method + " /run HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(65536, 'a'), 5);
     EXPECT_EQ(answer.rfind("HTTP/1.1 405", 0), 0u) << method << ": " << answer.substr(0, 300);
     EXPECT_NE(answer.find("Allow: GET, HEAD, POST, OPTIONS\r\n"), std::string::npos) << answer.substr(0, 300);
     EXPECT_NE(answer.find("\"error\": \"method " + method +
@@ -440,16 +431,10 @@ TEST_F(Node, AChunkedMultipartBodyIsRefusedUnread) {
   // headers reach no counter, so a chunked one would be read without bound.
   // Only the head is sent: the answer must come at once, not after the
   // node's read timeout (10 s here).
-  int s = connect_loopback(node_.port());
-  ASSERT_GE(s, 0);
-  timeval tv{5, 0};
-  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string head =
-      "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-      "Content-Type: multipart/form-data; boundary=b\r\n\r\n";
-  ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
-  const std::string answer = read_answer(s);
-  ::close(s);
+  const std::string answer = send_raw(node_.port(),
+                                      "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                                      "Content-Type: multipart/form-data; boundary=b\r\n\r\n",
+                                      5);
   EXPECT_EQ(answer.rfind("HTTP/1.1 415", 0), 0u) << answer.substr(0, 300);
   EXPECT_NE(answer.find("a multipart/form-data body is not a run request"), std::string::npos) << answer.substr(0, 300);
 }
