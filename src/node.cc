@@ -181,6 +181,7 @@ std::string too_large_message(uint64_t body_limit) {
   return "request body exceeds the node's limit of " + format_size(body_limit);
 }
 
+constexpr const char* kOverloadMessage = "too many requests: the node is at capacity; retry later";
 constexpr const char* kMultipartRefusal =
     "a multipart/form-data body is not a run request: send the request as a JSON object";
 
@@ -190,6 +191,19 @@ struct Refusal {
   const char* reason = "bad_request";
   std::string message;
 };
+
+// Whether a multipart Content-Type names a boundary as cpp-httplib reads
+// it (all that follows "boundary=", less a pair of quotes; not empty):
+// without one it reads nothing of the body.
+bool has_multipart_boundary(const httplib::Request& req) {
+  const std::string type = req.get_header_value("Content-Type");
+  const size_t at = type.find("boundary=");
+  if (at == std::string::npos) return false;
+  std::string boundary = type.substr(at + 9);
+  if (boundary.size() >= 2 && boundary.front() == '"' && boundary.back() == '"')
+    boundary = boundary.substr(1, boundary.size() - 2);
+  return !boundary.empty();
+}
 
 bool takes_a_body(const httplib::Request& req) {
   return req.method == "POST" && (req.path == "/run" || req.path == "/v1/runs");
@@ -227,10 +241,12 @@ Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool cl
   if (req.method == "POST" && !lengths && !encodings)
     return {411, "bad_request", "a POST needs a Content-Length or chunked encoding"};
   if (req.has_header("Range")) return {400, "bad_request", "a Range header is not supported here"};
-  if (req.is_multipart_form_data() &&
-      (encodings || req.get_header_value("Content-Type").find("boundary=") == std::string::npos))
+  if (has_body && req.is_multipart_form_data() && (encodings || !has_multipart_boundary(req)))
     return {415, "bad_request", kMultipartRefusal};
-  const uint64_t refused_unread_past = client_waits_for_continue ? body_limit : drained_body_max(body_limit);
+  // A multipart body is never drained past the limit: cpp-httplib's parser
+  // holds what follows a boundary it cannot place.
+  const uint64_t refused_unread_past =
+      client_waits_for_continue || req.is_multipart_form_data() ? body_limit : drained_body_max(body_limit);
   if (lengths && (length.size() > 19 || std::stoull(length) > refused_unread_past))
     return {413, "too_large", too_large_message(body_limit)};
   return {};
@@ -308,7 +324,9 @@ class Node {
   // A refusal, counted in the metrics by reason.
   void reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
               const std::string& message) const;
-  void refuse_on_head(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const;
+  void refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const;
+  Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
+                                  const TenantConfig*& tenant) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                    std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -361,9 +379,27 @@ void Node::reject(const httplib::Request& req, httplib::Response& res, const cha
   reply(req, res, status, error_body(message));
 }
 
-void Node::refuse_on_head(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const {
+void Node::refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const {
+  if (refusal.status == 401) res.set_header("WWW-Authenticate", "Bearer");
   if (refusal.status == 405) res.set_header("Allow", "GET, HEAD, POST, OPTIONS");
+  if (refusal.status == 429) res.set_header("Retry-After", "1");
   reject(req, res, refusal.reason, refusal.status, refusal.message);
+}
+
+// Who is asking is decided from the headers, before a byte of the body is
+// held: an anonymous client cannot make the node buffer bodies (a refused
+// body is read and dropped, never kept). Asked again before a client that
+// waits for 100 Continue is told to send.
+Refusal Node::refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
+                                      const TenantConfig*& tenant) const {
+  if (std::string why = refused_origin(req, cfg.cors_origins); !why.empty()) return {403, "forbidden", why};
+  std::string why;
+  tenant = authenticate(cfg, cfg.listeners[li], req, why);
+  if (!tenant) return {401, "unauthorized", why};
+  // cpp-httplib reads such a body only part by part, which no request of
+  // this API is.
+  if (req.is_multipart_form_data()) return {415, "bad_request", kMultipartRefusal};
+  return {};
 }
 
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -415,25 +451,10 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     discard_body(req, reader, drained_body_max(limit));
     return reject(req, res, "too_large", 413, too_large_message(limit));
   }
-  if (std::string why = refused_origin(req, cfg->cors_origins); !why.empty()) {
+  const TenantConfig* tenant = nullptr;
+  if (const Refusal refusal = refusal_before_the_body(req, *cfg, li, tenant); refusal.status) {
     discard_body(req, reader, limit);
-    return reject(req, res, "forbidden", 403, why);
-  }
-  // Who is asking is decided from the headers, before a byte of the body is
-  // held: an anonymous client cannot make the node buffer bodies (a refused
-  // body is read and dropped, never kept).
-  std::string why;
-  const TenantConfig* tenant = authenticate(*cfg, cfg->listeners[li], req, why);
-  if (!tenant) {
-    discard_body(req, reader, limit);
-    res.set_header("WWW-Authenticate", "Bearer");
-    return reject(req, res, "unauthorized", 401, why);
-  }
-  if (req.is_multipart_form_data()) {
-    // cpp-httplib reads such a body only part by part, which no request of
-    // this API is.
-    discard_body(req, reader, limit);
-    return reject(req, res, "bad_request", 415, kMultipartRefusal);
+    return refuse(req, res, refusal);
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
@@ -465,10 +486,8 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   if (t_shedding) {
     // Answered after the body was read: closing a socket with unread data
     // would reset the connection before the client sees the 429.
-    metrics_.rejected("overload");
-    res.set_header("Retry-After", "1");
     res.set_header("Connection", "close");
-    return reply(req, res, 429, error_body("too many requests: the node is at capacity; retry later"));
+    return refuse(req, res, {429, "overload", kOverloadMessage});
   }
   const ListenerConfig& listener = cfg.listeners[li];
   DecodedRequest decoded = decode_run_request(body, listener.language, native);
@@ -544,18 +563,23 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const Refusal refusal = header_refusal(req, body_limit_now(*config()), false);
     if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
-    refuse_on_head(req, res, refusal);
+    refuse(req, res, refusal);
     return httplib::Server::HandlerResponse::Handled;
   });
-  svr->set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    const Refusal refusal = header_refusal(req, body_limit_now(*config()), true);
+  svr->set_expect_100_continue_handler([this, li](const httplib::Request& req, httplib::Response& res) {
+    // Whatever will refuse the body is said before the client sends it.
+    auto now = config();
+    Refusal refusal = header_refusal(req, body_limit_now(*now), true);
+    const TenantConfig* tenant = nullptr;
+    if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *now, li, tenant);
+    if (!refusal.status && t_shedding) refusal = {429, "overload", kOverloadMessage};
     if (!refusal.status) return 100;
-    refuse_on_head(req, res, refusal);
+    refuse(req, res, refusal);
     return refusal.status;
   });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer
-    if (res.status == 413) {        // a chunked body past the limit
+    if (res.status == 413) {        // a Content-Length past what the servers read
       return reject(req, res, "too_large", 413, too_large_message(body_limit_now(*config())));
     }
     reply(req, res, res.status, error_body(status_message(res.status)));

@@ -426,17 +426,21 @@ TEST_F(Node, MethodsTheNodeDoesNotServeAre405WithoutReadingABody) {
   EXPECT_EQ(health->status, 200);
 }
 
-TEST_F(Node, AChunkedMultipartBodyIsRefusedUnread) {
+TEST_F(Node, MultipartBodiesNoCountSeesAreRefusedUnread) {
   // cpp-httplib parses a multipart body part by part: its preamble and part
-  // headers reach no counter, so a chunked one would be read without bound.
-  // Only the head is sent: the answer must come at once, not after the
-  // node's read timeout (10 s here).
-  const std::string answer = send_raw(node_.port(),
-                                      "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-                                      "Content-Type: multipart/form-data; boundary=b\r\n\r\n",
-                                      5);
+  // headers reach no counter, and past a boundary it cannot place it holds
+  // what follows. A chunked one, or one past the limit, would be read
+  // without bound or held whole. Only the head (and a little) is sent: the
+  // answer must come at once, not after the node's read timeout (10 s here).
+  const std::string multipart = "Content-Type: multipart/form-data; boundary=b\r\n\r\n";
+  std::string answer =
+      send_raw(node_.port(), "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + multipart, 5);
   EXPECT_EQ(answer.rfind("HTTP/1.1 415", 0), 0u) << answer.substr(0, 300);
   EXPECT_NE(answer.find("a multipart/form-data body is not a run request"), std::string::npos) << answer.substr(0, 300);
+  answer =
+      send_raw(node_.port(),
+               "POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 8388608\r\n" + multipart + "--b\r\n\r\n\r\n--bX", 5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer.substr(0, 300);
 }
 
 TEST_F(Node, ARangeHeaderIsRefused) {
@@ -647,6 +651,27 @@ TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
   EXPECT_NE(r->body.find("too many requests"), std::string::npos);
   slow.join();
   EXPECT_EQ(first, "{\"return\": 1, \"error\": null}");
+}
+
+TEST_F(NodeWithTenants, AClientWaitingFor100ContinueIsRefusedBeforeItSendsTheBody) {
+  // An unknown token, a page from an unlisted origin: the refusal must come
+  // instead of 100 Continue, not after the client has uploaded its body.
+  const std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1000000\r\n";
+  std::string answer = send_raw(node_.port(), head + "Authorization: Bearer not-a-token\r\n\r\n", 5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("unauthorized: unknown token"), std::string::npos) << answer.substr(0, 300);
+  answer = send_raw(node_.port(), head + "Origin: https://evil.example\r\n\r\n", 5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 403", 0), 0u) << answer.substr(0, 300);
+  answer = send_raw(node_.port(),
+                    head +
+                        "Authorization: Bearer acme-token-0123456789abcdef\r\n"
+                        "Content-Type: multipart/form-data; boundary=b\r\n\r\n",
+                    5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 415", 0), 0u) << answer.substr(0, 300);
+  // A request the node takes is told to send.
+  answer = send_raw(node_.port(), head + "Authorization: Bearer acme-token-0123456789abcdef\r\n\r\n", 5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 100 Continue", 0), 0u) << answer.substr(0, 300);
 }
 
 TEST_F(NodeWithTenants, CorsOnlyForListedOrigins) {
