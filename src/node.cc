@@ -20,6 +20,7 @@
 
 #include "nsbox/admission.h"
 #include "nsbox/api.h"
+#include "nsbox/arrival.h"
 #include "nsbox/audit.h"
 #include "nsbox/cgroup.h"
 #include "nsbox/digest.h"
@@ -81,41 +82,28 @@ size_t request_threads(const NodeConfig& c) {
 // they get a 429 without touching the admission queue.
 thread_local bool t_shedding = false;
 
-// httplib's ThreadPool queues accepted connections without bound. This one
-// keeps at most max_pending; beyond that a connection goes to the shed lane,
-// a single thread that only answers 429, and when that is full too, the
-// accept thread answers it itself, which slows accepting: backpressure onto
-// the kernel's listen backlog instead of memory.
+// httplib's ThreadPool queues accepted connections without bound, and
+// gives each a thread before its request has arrived. Here a connection
+// reaches the threads only once its head has arrived (ArrivalWatch), and at
+// most max_pending wait for a thread; beyond that a connection goes to the
+// shed lane, a single thread that only answers 429, and when that is full
+// too, the watch answers 429 itself without reading the request.
 class BoundedTaskQueue : public httplib::TaskQueue {
  public:
-  BoundedTaskQueue(size_t threads, size_t max_pending) : max_pending_(max_pending) {
+  BoundedTaskQueue(size_t threads, size_t max_pending, ArrivalWatch::Limits limits, ArrivalWatch::Refused refused)
+      : max_pending_(max_pending),
+        watch_(
+            limits, [this](ArrivalWatch::Job& job) { return queue(job); }, std::move(refused)) {
     for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, jobs_ready_, false); });
     workers_.emplace_back([this] { work(shed_, shed_ready_, true); });
   }
   ~BoundedTaskQueue() override { shutdown(); }
 
-  void enqueue(std::function<void()> fn) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      // One connection wakes one thread: each lane has its own condition
-      // variable, so the wake-up cannot go to a thread of the other lane.
-      if (jobs_.size() < max_pending_) {
-        jobs_.push_back(std::move(fn));
-        jobs_ready_.notify_one();
-        return;
-      }
-      if (shed_.size() < kMaxShedQueue) {
-        shed_.push_back(std::move(fn));
-        shed_ready_.notify_one();
-        return;
-      }
-    }
-    t_shedding = true;
-    fn();
-    t_shedding = false;
-  }
+  // On the accept thread, right after accept(): what is accepted waits for its head.
+  void enqueue(std::function<void()> fn) override { watch_.admit(take_accepted_socket(), std::move(fn)); }
 
   void shutdown() override {
+    watch_.close_arrivals();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopped_) return;
@@ -124,9 +112,27 @@ class BoundedTaskQueue : public httplib::TaskQueue {
     jobs_ready_.notify_all();
     shed_ready_.notify_all();
     for (auto& t : workers_) t.join();
+    watch_.stop();  // the requests being read kept their deadlines until here
   }
 
  private:
+  bool queue(ArrivalWatch::Job& fn) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // One connection wakes one thread: each lane has its own condition
+    // variable, so the wake-up cannot go to a thread of the other lane.
+    if (jobs_.size() < max_pending_) {
+      jobs_.push_back(std::move(fn));
+      jobs_ready_.notify_one();
+      return true;
+    }
+    if (shed_.size() < kMaxShedQueue) {
+      shed_.push_back(std::move(fn));
+      shed_ready_.notify_one();
+      return true;
+    }
+    return false;
+  }
+
   void work(std::deque<std::function<void()>>& queue, std::condition_variable& ready, bool shedding) {
     t_shedding = shedding;
     for (;;) {
@@ -150,6 +156,7 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   std::deque<std::function<void()>> shed_;
   std::vector<std::thread> workers_;
   bool stopped_ = false;
+  ArrivalWatch watch_;  // last: its thread queues into the members above
 };
 
 std::string new_run_id() {
@@ -469,6 +476,8 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     std::string().swap(body);  // a chunked body past the limit: dropped as it comes
     return seen <= drained_body_max(limit);
   });
+  // Cut at request_timeout: the watch has answered 408 and counted it.
+  if (!request_arrived()) return;
   if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit));
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
@@ -542,7 +551,11 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   auto cfg = config();
   auto svr = std::make_unique<httplib::Server>();
   const size_t threads = request_threads(*cfg);
-  svr->new_task_queue = [threads] { return new BoundedTaskQueue(threads, threads * kPendingPerThread); };
+  const ArrivalWatch::Limits arrival{.request_timeout = cfg->request_timeout, .idle_timeout = cfg->client_timeout};
+  svr->new_task_queue = [this, threads, arrival] {
+    return new BoundedTaskQueue(threads, threads * kPendingPerThread, arrival,
+                                [this](const char* reason) { metrics_.rejected(reason); });
+  };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
   svr->set_read_timeout(timeout.count() / 1000000, timeout.count() % 1000000);
   svr->set_write_timeout(timeout.count() / 1000000, timeout.count() % 1000000);
@@ -676,6 +689,8 @@ void Node::configure_pool(const NodeConfig& c) const {
 void warn_of_server_settings_kept(const NodeConfig& started, const NodeConfig& next) {
   if (next.client_timeout != started.client_timeout)
     spdlog::warn("reload: limits.client_timeout changed; it takes effect at the next restart");
+  if (next.request_timeout != started.request_timeout)
+    spdlog::warn("reload: limits.request_timeout changed; it takes effect at the next restart");
   if (next.body_limit > drained_body_max(started.body_limit))
     spdlog::warn(
         "reload: limits.body_limit rose past the {} bytes the servers read; bodies larger than that are refused "

@@ -45,11 +45,12 @@ struct NodeConfig {
   uint32_t max_concurrent = 0;  // sandboxes at once; 0 in a file is refused
   uint32_t queue_depth = 0;     // requests waiting for a sandbox slot
   uint64_t body_limit = 2ull << 20;
-  std::chrono::milliseconds client_timeout{10000};  // per read/write on a connection
-  std::chrono::milliseconds grace_period{30000};    // SIGTERM: time left to running sandboxes
-  uint32_t pool_size = 0;                           // warm sandboxes kept per tenant and language (0: none)
-  uint64_t pool_memory = 1ull << 30;                // what the idle warm sandboxes may hold together
-  std::string audit_log;                            // empty: no audit file (the built-in config)
+  std::chrono::milliseconds client_timeout{10000};   // per read/write on a connection
+  std::chrono::milliseconds request_timeout{30000};  // for a request's head, then for its body
+  std::chrono::milliseconds grace_period{30000};     // SIGTERM: time left to running sandboxes
+  uint32_t pool_size = 0;                            // warm sandboxes kept per tenant and language (0: none)
+  uint64_t pool_memory = 1ull << 30;                 // what the idle warm sandboxes may hold together
+  std::string audit_log;                             // empty: no audit file (the built-in config)
   std::string log_level = "info";
   std::vector<std::string> cors_origins;
   std::string cgroup_parent;  // as --cgroup-parent; not reloadable

@@ -808,10 +808,146 @@ TEST_F(NodeWithTenants, SlowClientsAreDisconnected) {
   for (ssize_t n; (n = ::recv(s, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<size_t>(n));
   const auto waited = std::chrono::steady_clock::now() - start;
   ::close(s);
-  // Dropped, at most with a 400 for the request it never got whole.
-  EXPECT_TRUE(answer.empty() || answer.rfind("HTTP/1.1 400", 0) == 0) << answer;
+  // Dropped with a 408 for the request it never got whole.
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
   EXPECT_GT(waited, 900ms);
   EXPECT_LT(waited, 10s) << "the half-open connection was not dropped";
+}
+
+// A node with few request threads (max_concurrent 1 + queue_depth 0 + 4
+// spare), a per-read bound of 1 s and a whole-request bound of 2 s.
+const char* kDeadlineConfig = R"(tenants:
+  - name: public
+    profile: default
+default_tenant: public
+limits:
+  max_concurrent: 1
+  queue_depth: 0
+  client_timeout: 1s
+  request_timeout: 2s
+)";
+
+// Sends one byte to each socket every 250 ms (under the node's per-read
+// bound of 1 s) until stopped or for at most 8 s.
+class Trickler {
+ public:
+  explicit Trickler(std::vector<int> sockets) : sockets_(std::move(sockets)) {
+    thread_ = std::thread([this] {
+      for (int i = 0; i < 32 && !stop_; ++i) {
+        for (int s : sockets_) (void)::send(s, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        std::this_thread::sleep_for(250ms);
+      }
+    });
+  }
+  ~Trickler() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::vector<int> sockets_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string rejected_count(const std::string& metrics, const std::string& reason) {
+  const std::string key = "nsbox_rejected_requests_total{reason=\"" + reason + "\"} ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? "" : metrics.substr(at + key.size(), metrics.find('\n', at) - at - key.size());
+}
+
+TEST(NodeDeadlines, ClientsTricklingTheirHeadersHoldNoRequestThreadAndGet408AtTheRequestTimeout) {
+  // A "slowloris": each byte comes before the per-read bound, so cpp-httplib
+  // alone kept a request thread per connection for as long as the client
+  // liked, and twelve of them held all five: /health and every run waited.
+  NodeProcess node(kDeadlineConfig);
+  ASSERT_TRUE(node.ready()) << node.log();
+  constexpr int kSlow = 12;
+  std::vector<int> sockets;
+  for (int i = 0; i < kSlow; ++i) {
+    const int s = connect_loopback(node.port());
+    ASSERT_GE(s, 0);
+    const std::string start = "POST /run HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    ASSERT_EQ(::send(s, start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+    timeval tv{10, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockets.push_back(s);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> answers;
+  {
+    Trickler trickler(sockets);
+    std::this_thread::sleep_for(300ms);
+    auto c = node.client();
+    c.set_read_timeout(1, 0);
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health) << "a trickling client held the request threads: " << httplib::to_string(health.error());
+    EXPECT_EQ(health->status, 200);
+    auto run = post(node.client(), "/run", request(kDocumentedCode, {{"num", 21}}));
+    ASSERT_TRUE(run);
+    EXPECT_EQ(run->body, "{\"return\": 42, \"error\": null}");
+    for (int s : sockets) answers.push_back(read_answer(s));
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  for (int s : sockets) ::close(s);
+  for (const auto& answer : answers) {
+    EXPECT_EQ(answer.rfind("HTTP/1.1 408 Request Timeout\r\n", 0), 0u) << answer;
+    EXPECT_NE(answer.find("\"error\": \"request timeout: the request headers did not arrive within 2s\""),
+              std::string::npos)
+        << answer;
+  }
+  EXPECT_LT(waited, 6s) << "the trickling clients were not cut at the request timeout";
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(rejected_count(metrics->body, "timeout"), std::to_string(kSlow)) << metrics->body;
+}
+
+TEST(NodeDeadlines, ABodyTrickledInIsCutAtTheRequestTimeoutAndNeverRun) {
+  NodeProcess node(kDeadlineConfig);
+  ASSERT_TRUE(node.ready()) << node.log();
+  const int s = connect_loopback(node.port());
+  ASSERT_GE(s, 0);
+  const std::string head =
+      "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+      "{\"code\": \"def main(a): return 42\", \"x\": \"";
+  ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto start = std::chrono::steady_clock::now();
+  std::string answer;
+  {
+    Trickler trickler({s});
+    answer = read_answer(s);
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  ::close(s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408 Request Timeout\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("\"error\": \"request timeout: the request body did not arrive within 2s\""), std::string::npos)
+      << answer;
+  EXPECT_GT(waited, 1500ms);
+  EXPECT_LT(waited, 5s) << "the body's trickle was not cut at the request timeout";
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("nsbox_runs_total{"), std::string::npos) << "nothing ran\n" << metrics->body;
+  EXPECT_EQ(rejected_count(metrics->body, "timeout"), "1") << metrics->body;
+  EXPECT_EQ(rejected_count(metrics->body, "bad_request"), "0") << metrics->body;
+}
+
+TEST(NodeDeadlines, AHeadPastItsLimitIs431WithoutBeingReadWhole) {
+  // cpp-httplib reads a header line whole before it checks its length: one
+  // endless line grew the node by as much as the client sent.
+  NodeProcess node(kDeadlineConfig);
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string head = "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(40 * 1024, 'a');
+  const std::string answer = send_raw(node.port(), head, 5);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431 Request Header Fields Too Large\r\n", 0), 0u) << answer.substr(0, 200);
+  EXPECT_NE(answer.find("the request line and headers exceed 32 KiB"), std::string::npos) << answer.substr(0, 300);
+  auto health = node.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(rejected_count(metrics->body, "head_too_large"), "1") << metrics->body;
 }
 
 TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {

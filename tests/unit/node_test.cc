@@ -46,6 +46,8 @@ TEST(NodeConfig, DefaultsForAMinimalConfig) {
   ASSERT_EQ(c.listeners.size(), 1u);
   EXPECT_EQ(c.listeners[0].address(), "127.0.0.1:8080");
   EXPECT_EQ(c.body_limit, 2u << 20);
+  EXPECT_EQ(c.client_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(c.request_timeout, std::chrono::seconds(30));
   EXPECT_GE(c.max_concurrent, 1u);
   EXPECT_EQ(c.queue_depth, 4 * c.max_concurrent);
   ASSERT_EQ(c.tenants.size(), 1u);
@@ -93,7 +95,8 @@ tenants:
     token: acme-0123456789abcdef
     profile: ../profiles/tenants/acme-analytics.yaml
 default_tenant: public
-limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, grace_period: 0s}
+limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, request_timeout: 90s,
+         grace_period: 0s}
 cors: {allow_origins: ["https://Studio.Example.com"]}
 )");
   EXPECT_EQ(c.listeners[1].address(), "[::1]:5002");
@@ -107,6 +110,8 @@ cors: {allow_origins: ["https://Studio.Example.com"]}
   EXPECT_EQ(c.max_concurrent, 3u);
   EXPECT_EQ(c.queue_depth, 0u);
   EXPECT_EQ(c.body_limit, 64u << 10);
+  EXPECT_EQ(c.client_timeout, std::chrono::seconds(2));
+  EXPECT_EQ(c.request_timeout, std::chrono::seconds(90));
   EXPECT_EQ(c.cors_origins, std::vector<std::string>{"https://studio.example.com"})
       << "hosts in lower case, as browsers send them";
 }
@@ -142,6 +147,7 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
        "listener 127.0.0.1:1 is defined twice"},
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
+      {std::string(kMinimal) + "limits:\n  request_timeout: 500ms\n", "limits.request_timeout"},
       {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
       {std::string(kMinimal) + "cors:\n  allow_origins: ['*']\n", "is not an origin like https://app.example.com"},
       {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},

@@ -1,0 +1,67 @@
+// How long a client may take to send its request, and how large its head
+// may be, enforced before and around cpp-httplib's request threads.
+//
+// cpp-httplib 0.11 gives every accepted connection a request thread and
+// bounds only each read (client_timeout), so a client that sends a byte now
+// and then ("slowloris") holds its thread for as long as it likes, and a
+// handful of them hold every thread, /health included. It also reads a
+// request or header line whole, however long, before it checks its length.
+// The ArrivalWatch therefore keeps a new connection out of the thread pool
+// until its request head has arrived whole (looked at with MSG_PEEK, so
+// cpp-httplib still reads it all), within request_timeout and within
+// kMaxRequestHead bytes; once a thread serves it, the body must arrive
+// within request_timeout as well, or the connection is cut.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+namespace nsbox {
+
+// What a head may hold, request line and headers, before its 431.
+constexpr size_t kMaxRequestHead = 32 * 1024;
+
+// The socket the calling thread accepted last (cpp-httplib's accept
+// thread, just before it hands the connection on), taken once: -1 if none.
+int take_accepted_socket();
+
+// On a request thread: its request has arrived whole, so its deadline no
+// longer applies (what follows, the run, has its own). False when the
+// deadline passed first: the connection is cut and nothing is to be run.
+bool request_arrived();
+
+class ArrivalWatch {
+ public:
+  using Job = std::function<void()>;
+  struct Limits {
+    std::chrono::milliseconds request_timeout;  // head, then body
+    std::chrono::milliseconds idle_timeout;     // silence while the head comes
+  };
+  // Queues a job for a request thread; false when every queue is full.
+  using Dispatch = std::function<bool(Job&)>;
+  // Counts a connection refused here, by the metrics' reason.
+  using Refused = std::function<void(const char* reason)>;
+
+  ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused);
+  ~ArrivalWatch();
+  ArrivalWatch(const ArrivalWatch&) = delete;
+  ArrivalWatch& operator=(const ArrivalWatch&) = delete;
+
+  // From the accept thread: fd as accepted and cpp-httplib's job that
+  // serves and closes it. The job runs once the head is here; a connection
+  // refused before that is answered and closed here, its job dropped.
+  void admit(int fd, Job job);
+
+  // No more heads are waited for (those waiting are closed); deadlines of
+  // requests being read still hold until stop().
+  void close_arrivals();
+  void stop();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace nsbox

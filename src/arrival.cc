@@ -1,0 +1,408 @@
+#include "nsbox/arrival.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "nsbox/api.h"
+#include "nsbox/error.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Connections whose head is still coming, per listener. Each holds a
+// descriptor and no thread; past this a new one gets its 429 at once.
+constexpr size_t kMaxWaitingHeads = 512;
+// Left unread, a closed connection is reset, and the client may lose the
+// answer: what is already here is read and dropped first, up to this.
+constexpr size_t kDrainedBeforeClose = 256 * 1024;
+
+thread_local int t_accepted = -1;
+
+}  // namespace
+
+int take_accepted_socket() { return std::exchange(t_accepted, -1); }
+
+}  // namespace nsbox
+
+// cpp-httplib 0.11 is a shared library with no hook on the sockets it
+// accepts. This definition stands in for libc's accept() in nsbox-serve
+// (the only program that links this file), so that the accept thread can
+// tell its ArrivalWatch which socket it hands on. accept4 with no flags is
+// the same system call.
+extern "C" int accept(int fd, sockaddr* __restrict addr, socklen_t* __restrict len) {
+  const int s = ::accept4(fd, addr, len, 0);
+  nsbox::t_accepted = s;
+  return s;
+}
+
+namespace nsbox {
+namespace {
+
+enum class Phase { kReading, kArrived, kCut };
+
+// A connection a request thread serves, until its request has arrived.
+struct Reading {
+  UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
+  Clock::time_point deadline;
+  std::atomic<Phase> phase{Phase::kReading};
+};
+
+// A connection whose head is still coming: the watch owns its descriptor.
+struct Waiting {
+  ArrivalWatch::Job job;
+  Clock::time_point accepted;
+  Clock::time_point last_data;
+  size_t seen = 0;  // bytes of head here at the last look
+};
+
+thread_local Reading* t_reading = nullptr;
+
+std::string answer(int status, const char* phrase, const std::string& message, const char* extra_headers = "") {
+  const std::string body = platform_answer(nullptr, message);
+  return "HTTP/1.1 " + std::to_string(status) + " " + phrase + "\r\n" + extra_headers +
+         "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+// Best effort, never blocking: the answer fits in an empty send buffer.
+void send_answer(int fd, const std::string& text) {
+  if (!text.empty()) (void)::send(fd, text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// Answers a connection nothing was read from and closes it, with what the
+// client already sent read first, so that it gets a FIN after the answer
+// rather than a reset.
+void answer_and_close(int fd, const std::string& text) {
+  send_answer(fd, text);
+  ::shutdown(fd, SHUT_WR);
+  char sink[16384];
+  for (size_t drained = 0; drained < kDrainedBeforeClose;) {
+    const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (n <= 0) break;
+    drained += static_cast<size_t>(n);
+  }
+  ::close(fd);
+}
+
+// Whether data holds the end of an HTTP head as cpp-httplib 0.11 reads it:
+// a line that is only CRLF after the request line. It skips a line ending
+// in a bare LF, so an empty one ("\n\n") ends nothing, and taking it for
+// the end would let a head grow past the limit unguarded.
+bool has_head_end(std::string_view data) { return data.find("\n\r\n") != std::string_view::npos; }
+
+enum class Look { kIncomplete, kComplete, kTooLarge, kGone };
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  const auto ms = d.count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + "s" : std::to_string(ms) + "ms";
+}
+
+}  // namespace
+
+bool request_arrived() {
+  Reading* r = t_reading;
+  if (!r) return true;
+  Phase expected = Phase::kReading;
+  return r->phase.compare_exchange_strong(expected, Phase::kArrived) || expected == Phase::kArrived;
+}
+
+struct ArrivalWatch::State {
+  Limits limits;
+  Dispatch dispatch;
+  Refused refused;
+  UniqueFd epoll;
+  UniqueFd wake;
+  std::string head_timeout_answer;
+  std::string body_timeout_answer;
+  std::string too_large_answer;
+  std::string overload_answer;
+
+  std::mutex mutex;
+  std::unordered_map<int, Waiting> waiting;  // by descriptor
+  std::list<std::shared_ptr<Reading>> reading;
+  Clock::time_point planned_wake = Clock::time_point::max();
+  bool arrivals_closed = false;
+  bool stopped = false;
+  bool warned_unseen = false;
+  std::thread thread;
+  std::string peeked;
+
+  Clock::time_point waiting_deadline(const Waiting& w) const {
+    return std::min(w.accepted + limits.request_timeout, w.last_data + limits.idle_timeout);
+  }
+
+  void wake_up() {
+    const uint64_t one = 1;
+    if (::write(wake.get(), &one, sizeof one) != sizeof one)
+      spdlog::error("arrival watch: wake: {}", std::strerror(errno));
+  }
+
+  Look look(int fd, size_t& seen) {
+    peeked.resize(kMaxRequestHead);
+    const ssize_t n = ::recv(fd, peeked.data(), peeked.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return Look::kGone;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Look::kIncomplete : Look::kGone;
+    seen = static_cast<size_t>(n);
+    if (has_head_end(std::string_view(peeked.data(), seen))) return Look::kComplete;
+    return seen >= kMaxRequestHead ? Look::kTooLarge : Look::kIncomplete;
+  }
+
+  // Wraps cpp-httplib's job so that its request thread reads the request
+  // under a deadline, and hands it to the request threads.
+  void start_serving(int fd, Job job) {
+    Job served = [this, fd, job = std::move(job)]() mutable {
+      auto r = std::make_shared<Reading>();
+      r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      r->deadline = Clock::now() + limits.request_timeout;
+      if (r->socket) add_reading(r);
+      t_reading = r.get();
+      job();
+      t_reading = nullptr;
+      if (r->socket) remove_reading(r);
+    };
+    if (dispatch(served)) return;
+    refused("overload");
+    answer_and_close(fd, overload_answer);
+  }
+
+  void add_reading(const std::shared_ptr<Reading>& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reading.push_back(r);
+    if (r->deadline < planned_wake) wake_up();
+  }
+
+  void remove_reading(const std::shared_ptr<Reading>& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    reading.remove(r);
+  }
+
+  void wait_for_head(int fd, Job job, size_t seen) {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (arrivals_closed) {
+      lock.unlock();
+      ::close(fd);
+      return;
+    }
+    if (waiting.size() >= kMaxWaitingHeads) {
+      lock.unlock();
+      refused("overload");
+      answer_and_close(fd, overload_answer);
+      return;
+    }
+    const auto now = Clock::now();
+    Waiting& w = waiting[fd];
+    w = Waiting{std::move(job), now, now, seen};
+    // Edge-triggered: a look leaves the bytes in place, so only new ones wake.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      spdlog::error("arrival watch: epoll_ctl add socket {}: {}", fd, std::strerror(errno));
+      waiting.erase(fd);
+      lock.unlock();
+      answer_and_close(fd, "");
+      return;
+    }
+    if (waiting_deadline(waiting[fd]) < planned_wake) wake_up();
+  }
+
+  // A head looked at by the watch's thread: served, refused or left waiting.
+  void on_data(int fd, bool hung_up) {
+    std::unique_lock<std::mutex> lock(mutex);
+    auto it = waiting.find(fd);
+    if (it == waiting.end()) return;
+    Look verdict = look(fd, it->second.seen);
+    if (verdict == Look::kIncomplete && hung_up) verdict = Look::kGone;
+    if (verdict == Look::kIncomplete) {
+      it->second.last_data = Clock::now();
+      return;
+    }
+    Job job = std::move(it->second.job);
+    waiting.erase(it);
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+    lock.unlock();
+    switch (verdict) {
+      case Look::kComplete:
+        return start_serving(fd, std::move(job));
+      case Look::kTooLarge:
+        refused("head_too_large");
+        return answer_and_close(fd, too_large_answer);
+      default:  // closed or failed before its head: nothing to answer
+        return answer_and_close(fd, "");
+    }
+  }
+
+  // Heads past their deadline are answered 408 and closed; requests past
+  // theirs are cut under their request thread, which then sees the end.
+  Clock::time_point expire(Clock::time_point now) {
+    std::vector<std::pair<int, bool>> late;  // descriptor, whether it sent anything
+    std::vector<std::shared_ptr<Reading>> cut;
+    Clock::time_point next = Clock::time_point::max();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        const auto deadline = waiting_deadline(it->second);
+        if (deadline > now) {
+          next = std::min(next, deadline);
+          ++it;
+          continue;
+        }
+        ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+        late.emplace_back(it->first, it->second.seen > 0);
+        it = waiting.erase(it);
+      }
+      for (const auto& r : reading) {
+        if (r->phase.load() != Phase::kReading) continue;
+        if (r->deadline > now) {
+          next = std::min(next, r->deadline);
+          continue;
+        }
+        Phase expected = Phase::kReading;
+        if (r->phase.compare_exchange_strong(expected, Phase::kCut)) cut.push_back(r);
+      }
+      planned_wake = next;
+    }
+    for (const auto& [fd, sent] : late) {
+      if (sent) refused("timeout");
+      answer_and_close(fd, sent ? head_timeout_answer : "");
+    }
+    for (const auto& r : cut) {
+      refused("timeout");
+      send_answer(r->socket.get(), body_timeout_answer);
+      ::shutdown(r->socket.get(), SHUT_RDWR);
+    }
+    return next;
+  }
+
+  void loop() {
+    epoll_event events[64];
+    Clock::time_point next = Clock::time_point::max();
+    for (;;) {
+      int timeout_ms = -1;
+      if (next != Clock::time_point::max()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60000));
+      }
+      const int n = ::epoll_wait(epoll.get(), events, 64, timeout_ms);
+      if (n < 0 && errno != EINTR) {
+        spdlog::error("arrival watch: epoll_wait: {}", std::strerror(errno));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.fd == wake.get()) {
+          uint64_t count = 0;
+          (void)!::read(wake.get(), &count, sizeof count);
+          continue;
+        }
+        on_data(events[i].data.fd, (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (stopped) return;
+      }
+      next = expire(Clock::now());
+    }
+  }
+};
+
+ArrivalWatch::ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused) : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.limits = limits;
+  s.dispatch = std::move(dispatch);
+  s.refused = std::move(refused);
+  s.epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!s.epoll) throw SysError("epoll_create1", "arrival watch", errno);
+  s.wake = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s.wake) throw SysError("eventfd", "arrival watch", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = s.wake.get();
+  if (::epoll_ctl(s.epoll.get(), EPOLL_CTL_ADD, s.wake.get(), &ev) != 0)
+    throw SysError("epoll_ctl", "arrival watch wake-up", errno);
+  const std::string within = seconds_text(limits.request_timeout);
+  s.head_timeout_answer =
+      answer(408, "Request Timeout", "request timeout: the request headers did not arrive within " + within);
+  s.body_timeout_answer =
+      answer(408, "Request Timeout", "request timeout: the request body did not arrive within " + within);
+  s.too_large_answer = answer(431, "Request Header Fields Too Large",
+                              "request headers too large: the request line and headers exceed " +
+                                  std::to_string(kMaxRequestHead / 1024) + " KiB");
+  s.overload_answer =
+      answer(429, "Too Many Requests", "too many requests: the node is at capacity; retry later", "Retry-After: 1\r\n");
+  s.thread = std::thread([&s] { s.loop(); });
+}
+
+ArrivalWatch::~ArrivalWatch() { stop(); }
+
+void ArrivalWatch::admit(int fd, Job job) {
+  State& s = *state_;
+  if (fd < 0) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (!s.warned_unseen)
+        spdlog::error("the accepted socket was not seen: request_timeout and the {} KiB head limit are not enforced",
+                      kMaxRequestHead / 1024);
+      s.warned_unseen = true;
+    }
+    if (!s.dispatch(job)) job();  // as cpp-httplib would: served, unguarded
+    return;
+  }
+  size_t seen = 0;
+  Look first;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    first = s.look(fd, seen);
+  }
+  if (first == Look::kComplete) return s.start_serving(fd, std::move(job));
+  if (first == Look::kGone) return answer_and_close(fd, "");
+  if (first == Look::kTooLarge) {
+    s.refused("head_too_large");
+    return answer_and_close(fd, s.too_large_answer);
+  }
+  s.wait_for_head(fd, std::move(job), seen);
+}
+
+void ArrivalWatch::close_arrivals() {
+  State& s = *state_;
+  std::unordered_map<int, Waiting> closing;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.arrivals_closed = true;
+    closing.swap(s.waiting);
+    for (const auto& [fd, w] : closing) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+  }
+  for (const auto& [fd, w] : closing) answer_and_close(fd, "");
+}
+
+void ArrivalWatch::stop() {
+  State& s = *state_;
+  close_arrivals();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.stopped) return;
+    s.stopped = true;
+  }
+  s.wake_up();
+  if (s.thread.joinable()) s.thread.join();
+}
+
+}  // namespace nsbox
