@@ -1,8 +1,10 @@
 #include "nsbox/arrival.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -31,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 // Connections whose head is still coming, per listener. Each holds a
 // descriptor and no thread; past this a new one gets its 429 at once.
 constexpr size_t kMaxWaitingHeads = 512;
+// Of those, from one client address: so that one client trickling heads
+// cannot take every place (a gateway's own heads come whole, and rarely wait).
+constexpr size_t kMaxWaitingHeadsPerClient = 32;
 // Left unread, a closed connection is reset, and the client may lose the
 // answer: what is already here is read and dropped first, up to this.
 constexpr size_t kDrainedBeforeClose = 256 * 1024;
@@ -69,6 +75,7 @@ struct Reading {
 // A connection whose head is still coming: the watch owns its descriptor.
 struct Waiting {
   ArrivalWatch::Job job;
+  std::string client;  // the peer's address, without its port
   Clock::time_point accepted;
   Clock::time_point last_data;
   size_t seen = 0;  // bytes of head here at the last look
@@ -107,7 +114,26 @@ void answer_and_close(int fd, const std::string& text) {
 // a line that is only CRLF after the request line. It skips a line ending
 // in a bare LF, so an empty one ("\n\n") ends nothing, and taking it for
 // the end would let a head grow past the limit unguarded.
-bool has_head_end(std::string_view data) { return data.find("\n\r\n") != std::string_view::npos; }
+bool has_head_end(std::string_view data, size_t from) {
+  return data.find("\n\r\n", from > 2 ? from - 2 : 0) != std::string_view::npos;
+}
+
+// The peer's address without its port, as bytes: what a client's share of
+// the waiting places is counted by.
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return {};
+  if (a.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&in), sizeof in);
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
+    return std::string(reinterpret_cast<const char*>(&in6), sizeof in6);
+  }
+  return {};
+}
 
 enum class Look { kIncomplete, kComplete, kTooLarge, kGone };
 
@@ -132,19 +158,27 @@ struct ArrivalWatch::State {
   UniqueFd epoll;
   UniqueFd wake;
   std::string head_timeout_answer;
+  std::string head_silence_answer;
   std::string body_timeout_answer;
   std::string too_large_answer;
   std::string overload_answer;
 
   std::mutex mutex;
   std::unordered_map<int, Waiting> waiting;  // by descriptor
+  std::map<std::string, size_t> waiting_per_client;
   std::list<std::shared_ptr<Reading>> reading;
   Clock::time_point planned_wake = Clock::time_point::max();
   bool arrivals_closed = false;
   bool stopped = false;
-  bool warned_unseen = false;
   std::thread thread;
   std::string peeked;
+
+  // Drops a waiting connection from the books (the caller owns its descriptor).
+  std::unordered_map<int, Waiting>::iterator forget(std::unordered_map<int, Waiting>::iterator it) {
+    auto count = waiting_per_client.find(it->second.client);
+    if (count != waiting_per_client.end() && --count->second == 0) waiting_per_client.erase(count);
+    return waiting.erase(it);
+  }
 
   Clock::time_point waiting_deadline(const Waiting& w) const {
     return std::min(w.accepted + limits.request_timeout, w.last_data + limits.idle_timeout);
@@ -156,13 +190,20 @@ struct ArrivalWatch::State {
       spdlog::error("arrival watch: wake: {}", std::strerror(errno));
   }
 
+  // Looks at what has arrived of a head without taking it. Each look copies
+  // it from the start (MSG_PEEK), so a look is taken only when more has come
+  // than the last one saw, and the search starts where that one ended.
   Look look(int fd, size_t& seen) {
+    int queued = 0;
+    if (seen > 0 && ::ioctl(fd, FIONREAD, &queued) == 0 && static_cast<size_t>(queued) <= seen)
+      return Look::kIncomplete;
     peeked.resize(kMaxRequestHead);
     const ssize_t n = ::recv(fd, peeked.data(), peeked.size(), MSG_PEEK | MSG_DONTWAIT);
     if (n == 0) return Look::kGone;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Look::kIncomplete : Look::kGone;
+    const size_t before = seen;
     seen = static_cast<size_t>(n);
-    if (has_head_end(std::string_view(peeked.data(), seen))) return Look::kComplete;
+    if (has_head_end(std::string_view(peeked.data(), seen), before)) return Look::kComplete;
     return seen >= kMaxRequestHead ? Look::kTooLarge : Look::kIncomplete;
   }
 
@@ -172,8 +213,18 @@ struct ArrivalWatch::State {
     Job served = [this, fd, job = std::move(job)]() mutable {
       auto r = std::make_shared<Reading>();
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-      r->deadline = Clock::now() + limits.request_timeout;
-      if (r->socket) add_reading(r);
+      if (!r->socket) {
+        // No deadline can be kept on it: refused rather than read unbounded.
+        // cpp-httplib's job then finds the end at once and closes its socket.
+        spdlog::warn("arrival watch: duplicate socket {}: {}; the connection is refused", fd, std::strerror(errno));
+        refused("overload");
+        send_answer(fd, overload_answer);
+        ::shutdown(fd, SHUT_RDWR);
+        r->phase = Phase::kCut;
+      } else {
+        r->deadline = Clock::now() + limits.request_timeout;
+        add_reading(r);
+      }
       t_reading = r.get();
       job();
       t_reading = nullptr;
@@ -202,22 +253,26 @@ struct ArrivalWatch::State {
       ::close(fd);
       return;
     }
-    if (waiting.size() >= kMaxWaitingHeads) {
+    std::string client = peer_address(fd);
+    if (waiting.size() >= kMaxWaitingHeads || waiting_per_client[client] >= kMaxWaitingHeadsPerClient) {
+      if (waiting_per_client[client] == 0) waiting_per_client.erase(client);
       lock.unlock();
       refused("overload");
       answer_and_close(fd, overload_answer);
       return;
     }
+    ++waiting_per_client[client];
     const auto now = Clock::now();
     Waiting& w = waiting[fd];
-    w = Waiting{std::move(job), now, now, seen};
+    w = Waiting{std::move(job), std::move(client), now, now, seen};
     // Edge-triggered: a look leaves the bytes in place, so only new ones wake.
+    // Bytes that came since admit()'s look are reported by the ADD itself.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
     ev.data.fd = fd;
     if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       spdlog::error("arrival watch: epoll_ctl add socket {}: {}", fd, std::strerror(errno));
-      waiting.erase(fd);
+      forget(waiting.find(fd));
       lock.unlock();
       answer_and_close(fd, "");
       return;
@@ -237,7 +292,7 @@ struct ArrivalWatch::State {
       return;
     }
     Job job = std::move(it->second.job);
-    waiting.erase(it);
+    forget(it);
     ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
     lock.unlock();
     switch (verdict) {
@@ -254,7 +309,11 @@ struct ArrivalWatch::State {
   // Heads past their deadline are answered 408 and closed; requests past
   // theirs are cut under their request thread, which then sees the end.
   Clock::time_point expire(Clock::time_point now) {
-    std::vector<std::pair<int, bool>> late;  // descriptor, whether it sent anything
+    struct Late {
+      int fd;
+      const std::string* answer;  // null: it sent nothing, so nothing is answered
+    };
+    std::vector<Late> late;
     std::vector<std::shared_ptr<Reading>> cut;
     Clock::time_point next = Clock::time_point::max();
     {
@@ -267,8 +326,11 @@ struct ArrivalWatch::State {
           continue;
         }
         ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
-        late.emplace_back(it->first, it->second.seen > 0);
-        it = waiting.erase(it);
+        const bool whole_time = now >= it->second.accepted + limits.request_timeout;
+        late.push_back({it->first, it->second.seen == 0 ? nullptr
+                                   : whole_time         ? &head_timeout_answer
+                                                        : &head_silence_answer});
+        it = forget(it);
       }
       for (const auto& r : reading) {
         if (r->phase.load() != Phase::kReading) continue;
@@ -281,9 +343,9 @@ struct ArrivalWatch::State {
       }
       planned_wake = next;
     }
-    for (const auto& [fd, sent] : late) {
-      if (sent) refused("timeout");
-      answer_and_close(fd, sent ? head_timeout_answer : "");
+    for (const auto& l : late) {
+      if (l.answer) refused("timeout");
+      answer_and_close(l.fd, l.answer ? *l.answer : std::string());
     }
     for (const auto& r : cut) {
       refused("timeout");
@@ -341,6 +403,9 @@ ArrivalWatch::ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused) : 
   const std::string within = seconds_text(limits.request_timeout);
   s.head_timeout_answer =
       answer(408, "Request Timeout", "request timeout: the request headers did not arrive within " + within);
+  s.head_silence_answer =
+      answer(408, "Request Timeout",
+             "request timeout: nothing more of the request headers arrived for " + seconds_text(limits.idle_timeout));
   s.body_timeout_answer =
       answer(408, "Request Timeout", "request timeout: the request body did not arrive within " + within);
   s.too_large_answer = answer(431, "Request Header Fields Too Large",
@@ -355,17 +420,6 @@ ArrivalWatch::~ArrivalWatch() { stop(); }
 
 void ArrivalWatch::admit(int fd, Job job) {
   State& s = *state_;
-  if (fd < 0) {
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      if (!s.warned_unseen)
-        spdlog::error("the accepted socket was not seen: request_timeout and the {} KiB head limit are not enforced",
-                      kMaxRequestHead / 1024);
-      s.warned_unseen = true;
-    }
-    if (!s.dispatch(job)) job();  // as cpp-httplib would: served, unguarded
-    return;
-  }
   size_t seen = 0;
   Look first;
   {
@@ -388,6 +442,7 @@ void ArrivalWatch::close_arrivals() {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.arrivals_closed = true;
     closing.swap(s.waiting);
+    s.waiting_per_client.clear();
     for (const auto& [fd, w] : closing) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   }
   for (const auto& [fd, w] : closing) answer_and_close(fd, "");

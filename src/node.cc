@@ -1,13 +1,17 @@
 #include "nsbox/node.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <httplib.h>
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -41,7 +45,9 @@ constexpr size_t kMaxThreads = 1024;
 
 constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
-constexpr time_t kKeepAliveSeconds = 5;  // how long a new connection may wait before its request starts
+// How long cpp-httplib waits for a request to start; the arrival watch hands
+// it a connection only once its head has arrived, so this never runs out.
+constexpr time_t kKeepAliveSeconds = 5;
 constexpr int kListenBacklog = 1024;
 
 // A body past body_limit is still read and dropped, up to this much past
@@ -100,7 +106,19 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   ~BoundedTaskQueue() override { shutdown(); }
 
   // On the accept thread, right after accept(): what is accepted waits for its head.
-  void enqueue(std::function<void()> fn) override { watch_.admit(take_accepted_socket(), std::move(fn)); }
+  void enqueue(std::function<void()> fn) override {
+    const int fd = take_accepted_socket();
+    if (fd >= 0) return watch_.admit(fd, std::move(fn));
+    // Only if cpp-httplib stopped calling accept(): served as before the
+    // watch, with no deadline on the request and no bound on its head.
+    if (!warned_unseen_.exchange(true))
+      spdlog::error("the accepted socket was not seen: request_timeout and the {} KiB head limit are not enforced",
+                    kMaxRequestHead / 1024);
+    if (queue(fn)) return;
+    t_shedding = true;
+    fn();
+    t_shedding = false;
+  }
 
   void shutdown() override {
     watch_.close_arrivals();
@@ -118,6 +136,7 @@ class BoundedTaskQueue : public httplib::TaskQueue {
  private:
   bool queue(ArrivalWatch::Job& fn) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return false;  // no thread would take it
     // One connection wakes one thread: each lane has its own condition
     // variable, so the wake-up cannot go to a thread of the other lane.
     if (jobs_.size() < max_pending_) {
@@ -156,6 +175,7 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   std::deque<std::function<void()>> shed_;
   std::vector<std::thread> workers_;
   bool stopped_ = false;
+  std::atomic<bool> warned_unseen_{false};
   ArrivalWatch watch_;  // last: its thread queues into the members above
 };
 
@@ -454,13 +474,17 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
                        size_t li, bool native) {
   auto cfg = config();
   const uint64_t limit = body_limit_now(*cfg);
+  // After a body is read, whether the watch cut it at request_timeout (it
+  // has then answered 408 and counted it) is asked before anything else.
   if (declared_length(req) > limit) {
     discard_body(req, reader, drained_body_max(limit));
+    if (!request_arrived()) return;
     return reject(req, res, "too_large", 413, too_large_message(limit));
   }
   const TenantConfig* tenant = nullptr;
   if (const Refusal refusal = refusal_before_the_body(req, *cfg, li, tenant); refusal.status) {
     discard_body(req, reader, limit);
+    if (!request_arrived()) return;
     return refuse(req, res, refusal);
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
@@ -476,7 +500,6 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     std::string().swap(body);  // a chunked body past the limit: dropped as it comes
     return seen <= drained_body_max(limit);
   });
-  // Cut at request_timeout: the watch has answered 408 and counted it.
   if (!request_arrived()) return;
   if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit));
   if (!complete) {
@@ -590,6 +613,9 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     refuse(req, res, refusal);
     return refusal.status;
   });
+  // Every answer is written after this: from here the watch may no longer
+  // cut the connection, so its 408 and an answer never share the socket.
+  svr->set_post_routing_handler([](const httplib::Request&, httplib::Response&) { (void)request_arrived(); });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer
     if (res.status == 413) {        // a Content-Length past what the servers read
@@ -755,6 +781,10 @@ int Node::serve(const sigset_t& signals) {
     svr->set_socket_options([&listen_fd](int fd) {
       int one = 1;
       ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      // Accepted once its first bytes are in, a connection usually has its
+      // head whole already: the arrival watch then hands it on at once
+      // rather than after a look from its own thread.
+      ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &one, sizeof one);
       listen_fd = fd;
     });
     errno = 0;
@@ -826,8 +856,23 @@ NodeConfig load_node_config(const NodeOptions& options) {
   return c;
 }
 
+namespace {
+
+// Each connection holds a descriptor, and while its request is read, two:
+// with systemd's default soft limit of 1024, a few hundred slow clients
+// would leave none for the runs' sockets. Sandboxes set their own limit.
+void raise_open_file_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  r.rlim_cur = r.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &r) != 0) spdlog::warn("raise RLIMIT_NOFILE: {}", std::strerror(errno));
+}
+
+}  // namespace
+
 int run_node(const NodeOptions& options) {
   NodeConfig config = load_node_config(options);
+  raise_open_file_limit();
   // Forked first, while this process has one thread (DESIGN.md).
   Spawner spawner = Spawner::start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
   sigset_t signals;

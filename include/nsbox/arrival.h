@@ -49,8 +49,8 @@ class ArrivalWatch {
   ArrivalWatch(const ArrivalWatch&) = delete;
   ArrivalWatch& operator=(const ArrivalWatch&) = delete;
 
-  // From the accept thread: fd as accepted and cpp-httplib's job that
-  // serves and closes it. The job runs once the head is here; a connection
+  // From the accept thread: fd as accepted (>= 0) and cpp-httplib's job
+  // that serves and closes it. The job runs once the head is here; a connection
   // refused before that is answered and closed here, its job dropped.
   void admit(int fd, Job job);
 
