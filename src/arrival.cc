@@ -40,6 +40,13 @@ constexpr size_t kMaxWaitingHeadsPerClient = 32;
 // Left unread, a closed connection is reset, and the client may lose the
 // answer: what is already here is read and dropped first, up to this.
 constexpr size_t kDrainedBeforeClose = 256 * 1024;
+// A look copies the whole head so far (MSG_PEEK starts at its first byte):
+// past kCheapLook, a head that grew by less than kLookStep is looked at
+// again at most every kLookInterval, so that one sent a byte at a time
+// costs a bounded copy per byte rather than one of up to 32 KiB.
+constexpr size_t kCheapLook = 4 * 1024;
+constexpr size_t kLookStep = 1024;
+constexpr auto kLookInterval = std::chrono::milliseconds(100);
 
 thread_local int t_accepted = -1;
 
@@ -78,7 +85,9 @@ struct Waiting {
   std::string client;  // the peer's address, without its port
   Clock::time_point accepted;
   Clock::time_point last_data;
-  size_t seen = 0;  // bytes of head here at the last look
+  Clock::time_point last_look;
+  size_t seen = 0;        // bytes of head here at the last look
+  bool look_due = false;  // bytes came that no look has seen yet
 };
 
 thread_local Reading* t_reading = nullptr;
@@ -98,15 +107,19 @@ void send_answer(int fd, const std::string& text) {
 // Answers a connection nothing was read from and closes it, with what the
 // client already sent read first, so that it gets a FIN after the answer
 // rather than a reset.
-void answer_and_close(int fd, const std::string& text) {
-  send_answer(fd, text);
-  ::shutdown(fd, SHUT_WR);
+void drain_received(int fd) {
   char sink[16384];
   for (size_t drained = 0; drained < kDrainedBeforeClose;) {
     const ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
     if (n <= 0) break;
     drained += static_cast<size_t>(n);
   }
+}
+
+void answer_and_close(int fd, const std::string& text) {
+  send_answer(fd, text);
+  ::shutdown(fd, SHUT_WR);
+  drain_received(fd);
   ::close(fd);
 }
 
@@ -118,7 +131,8 @@ bool has_head_end(std::string_view data, size_t from) {
   return data.find("\n\r\n", from > 2 ? from - 2 : 0) != std::string_view::npos;
 }
 
-// The peer's address without its port, as bytes: what a client's share of
+// The peer's address without its port (an IPv6 one without its last 64
+// bits), as bytes: what a client's share of
 // the waiting places is counted by.
 std::string peer_address(int fd) {
   sockaddr_storage a{};
@@ -129,8 +143,10 @@ std::string peer_address(int fd) {
     return std::string(reinterpret_cast<const char*>(&in), sizeof in);
   }
   if (a.ss_family == AF_INET6) {
+    // A host holds a whole /64: its first half is what names the client.
     const auto& in6 = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
-    return std::string(reinterpret_cast<const char*>(&in6), sizeof in6);
+    const char* bytes = reinterpret_cast<const char*>(&in6);
+    return IN6_IS_ADDR_V4MAPPED(&in6) ? std::string(bytes + 12, 4) : std::string(bytes, 8);
   }
   return {};
 }
@@ -215,11 +231,13 @@ struct ArrivalWatch::State {
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
       if (!r->socket) {
         // No deadline can be kept on it: refused rather than read unbounded.
-        // cpp-httplib's job then finds the end at once and closes its socket.
+        // What arrived is dropped, so cpp-httplib's job finds only the end
+        // and closes its socket without serving a request.
         spdlog::warn("arrival watch: duplicate socket {}: {}; the connection is refused", fd, std::strerror(errno));
         refused("overload");
         send_answer(fd, overload_answer);
         ::shutdown(fd, SHUT_RDWR);
+        drain_received(fd);
         r->phase = Phase::kCut;
       } else {
         r->deadline = Clock::now() + limits.request_timeout;
@@ -264,7 +282,7 @@ struct ArrivalWatch::State {
     ++waiting_per_client[client];
     const auto now = Clock::now();
     Waiting& w = waiting[fd];
-    w = Waiting{std::move(job), std::move(client), now, now, seen};
+    w = Waiting{std::move(job), std::move(client), now, now, now, seen};
     // Edge-triggered: a look leaves the bytes in place, so only new ones wake.
     // Bytes that came since admit()'s look are reported by the ADD itself.
     epoll_event ev{};
@@ -280,17 +298,30 @@ struct ArrivalWatch::State {
     if (waiting_deadline(waiting[fd]) < planned_wake) wake_up();
   }
 
-  // A head looked at by the watch's thread: served, refused or left waiting.
+  bool look_now(int fd, const Waiting& w, Clock::time_point now) const {
+    if (w.seen < kCheapLook || now >= w.last_look + kLookInterval) return true;
+    int queued = 0;
+    return ::ioctl(fd, FIONREAD, &queued) != 0 || static_cast<size_t>(queued) >= w.seen + kLookStep;
+  }
+
+  // A head looked at by the watch's thread: served, refused or left waiting
+  // (a look put off is taken by expire()).
   void on_data(int fd, bool hung_up) {
     std::unique_lock<std::mutex> lock(mutex);
     auto it = waiting.find(fd);
     if (it == waiting.end()) return;
-    Look verdict = look(fd, it->second.seen);
-    if (verdict == Look::kIncomplete && hung_up) verdict = Look::kGone;
-    if (verdict == Look::kIncomplete) {
-      it->second.last_data = Clock::now();
+    const auto now = Clock::now();
+    Waiting& w = it->second;
+    w.last_data = now;
+    if (!hung_up && !look_now(fd, w, now)) {
+      w.look_due = true;
       return;
     }
+    w.look_due = false;
+    w.last_look = now;
+    Look verdict = look(fd, w.seen);
+    if (verdict == Look::kIncomplete && hung_up) verdict = Look::kGone;
+    if (verdict == Look::kIncomplete) return;
     Job job = std::move(it->second.job);
     forget(it);
     ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
@@ -314,6 +345,7 @@ struct ArrivalWatch::State {
       const std::string* answer;  // null: it sent nothing, so nothing is answered
     };
     std::vector<Late> late;
+    std::vector<int> looks_due;
     std::vector<std::shared_ptr<Reading>> cut;
     Clock::time_point next = Clock::time_point::max();
     {
@@ -322,6 +354,11 @@ struct ArrivalWatch::State {
         const auto deadline = waiting_deadline(it->second);
         if (deadline > now) {
           next = std::min(next, deadline);
+          if (it->second.look_due) {
+            const auto look_at = it->second.last_look + kLookInterval;
+            if (look_at <= now) looks_due.push_back(it->first);
+            next = std::min(next, look_at);
+          }
           ++it;
           continue;
         }
@@ -343,6 +380,7 @@ struct ArrivalWatch::State {
       }
       planned_wake = next;
     }
+    for (int fd : looks_due) on_data(fd, false);
     for (const auto& l : late) {
       if (l.answer) refused("timeout");
       answer_and_close(l.fd, l.answer ? *l.answer : std::string());
