@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "nsbox/api.h"
+#include "nsbox/chunked_framing.h"
 #include "nsbox/error.h"
 #include "nsbox/unique_fd.h"
 
@@ -68,15 +69,36 @@ extern "C" int accept(int fd, sockaddr* __restrict addr, socklen_t* __restrict l
 }
 
 namespace nsbox {
+bool received_within_framing(int fd, const void* data, size_t size);
+}
+
+// Likewise for recv(), through which cpp-httplib reads every byte of a
+// request: a request thread's connection passes its bytes through its
+// ChunkedFraming, and a read that makes a framing line too long fails.
+// recvfrom with no address is the same system call.
+extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
+  const ssize_t n = ::recvfrom(fd, buf, len, flags, nullptr, nullptr);
+  if (n > 0 && !(flags & MSG_PEEK) && !nsbox::received_within_framing(fd, buf, static_cast<size_t>(n))) {
+    errno = EPROTO;
+    return -1;
+  }
+  return n;
+}
+
+namespace nsbox {
 namespace {
 
 enum class Phase { kReading, kArrived, kCut };
 
 // A connection a request thread serves, until its request has arrived.
 struct Reading {
+  int served = -1;  // cpp-httplib's descriptor
   UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
   Clock::time_point deadline;
   std::atomic<Phase> phase{Phase::kReading};
+  // Only the request thread touches these.
+  ChunkedFraming framing;
+  bool chunked = false;
 };
 
 // A connection whose head is still coming: the watch owns its descriptor.
@@ -160,6 +182,22 @@ std::string seconds_text(std::chrono::milliseconds d) {
 
 }  // namespace
 
+bool received_within_framing(int fd, const void* data, size_t size) {
+  Reading* r = t_reading;
+  if (!r || r->served != fd || r->framing.over()) return true;
+  r->framing.feed(static_cast<const char*>(data), size);
+  return !(r->chunked && r->framing.too_long());
+}
+
+void guard_chunked_framing() {
+  if (Reading* r = t_reading) r->chunked = true;
+}
+
+bool chunked_framing_too_long() {
+  const Reading* r = t_reading;
+  return r && r->chunked && r->framing.too_long();
+}
+
 bool request_arrived() {
   Reading* r = t_reading;
   if (!r) return true;
@@ -228,6 +266,7 @@ struct ArrivalWatch::State {
   void start_serving(int fd, Job job) {
     Job served = [this, fd, job = std::move(job)]() mutable {
       auto r = std::make_shared<Reading>();
+      r->served = fd;
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
       if (!r->socket) {
         // No deadline can be kept on it: refused rather than read unbounded.

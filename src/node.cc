@@ -27,6 +27,7 @@
 #include "nsbox/arrival.h"
 #include "nsbox/audit.h"
 #include "nsbox/cgroup.h"
+#include "nsbox/chunked_framing.h"
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/metrics.h"
@@ -209,6 +210,12 @@ std::string too_large_message(uint64_t body_limit) {
 }
 
 constexpr const char* kOverloadMessage = "too many requests: the node is at capacity; retry later";
+std::string framing_too_long_message() {
+  return "a chunked body's framing line (a chunk size with its extensions, or the line after a chunk) is longer "
+         "than " +
+         std::to_string(kMaxFramingLine) + " bytes";
+}
+
 constexpr const char* kMultipartRefusal =
     "a multipart/form-data body is not a run request: send the request as a JSON object";
 
@@ -501,6 +508,7 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     return seen <= drained_body_max(limit);
   });
   if (!request_arrived()) return;
+  if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message());
   if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit));
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
@@ -597,6 +605,9 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // Refused on its head, a request's body is never read; with Expect:
   // 100-continue the client is told before it sends it.
   svr->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Before any of a chunked body is read (header_refusal lets through
+    // no coding but chunked).
+    if (req.has_header("Transfer-Encoding")) guard_chunked_framing();
     const Refusal refusal = header_refusal(req, body_limit_now(*config()), false);
     if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
     refuse(req, res, refusal);

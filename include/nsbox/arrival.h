@@ -10,7 +10,8 @@
 // until its request head has arrived whole (looked at with MSG_PEEK, so
 // cpp-httplib still reads it all), within request_timeout and within
 // kMaxRequestHead bytes; once a thread serves it, the body must arrive
-// within request_timeout as well, or the connection is cut.
+// within request_timeout as well, or the connection is cut. A chunked
+// body's framing lines are bounded as they are received (ChunkedFraming).
 #pragma once
 
 #include <chrono>
@@ -31,6 +32,14 @@ int take_accepted_socket();
 // longer applies (what follows, the run, has its own). False when the
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
+
+// On a request thread, from its headers: the body is chunked, so from here
+// a framing line past kMaxFramingLine fails the read of the connection
+// (cpp-httplib would read it whole into memory).
+void guard_chunked_framing();
+
+// On a request thread: the body was cut at a framing line past kMaxFramingLine.
+bool chunked_framing_too_long();
 
 class ArrivalWatch {
  public:

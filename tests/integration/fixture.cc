@@ -272,6 +272,13 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+std::string status_field(pid_t pid, const std::string& name) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name + ":", 0) == 0) return line.substr(name.size() + 2);
+  return "";
+}
+
 std::string first_line(const std::string& path) {
   std::ifstream in(path);
   std::string line;

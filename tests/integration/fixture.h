@@ -90,6 +90,8 @@ class TempDir {
 std::string slurp(const std::string& path);
 // The first line of a file, without its newline; "" when it cannot be read.
 std::string first_line(const std::string& path);
+// A field of /proc/PID/status ("VmHWM", "NSpid"), "" when it is not there.
+std::string status_field(pid_t pid, const std::string& name);
 // Names in a directory, without "." and "..".
 std::set<std::string> dir_entries(const std::string& path);
 

@@ -199,13 +199,6 @@ TEST_F(ForkServer, EachRunHasNamespacesOfItsOwn) {
 }
 
 // "Name:\tvalue" of /proc/PID/status, "" when missing.
-std::string status_field(pid_t pid, const std::string& name) {
-  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(name + ":", 0) == 0) return line.substr(name.size() + 2);
-  return "";
-}
-
 // The fork server clones each run's PID 1 itself, straight into the run's
 // namespaces: no process stands between them (one fork fewer per run).
 TEST_F(ForkServer, ClonesEachRunsPid1Itself) {

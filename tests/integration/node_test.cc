@@ -24,6 +24,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/chunked_framing.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
@@ -340,6 +341,43 @@ TEST_F(Node, AmbiguousFramingIs400AndNeverRun) {
       send_raw(node_.port(), head + "Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n" + chunk.str());
   EXPECT_NE(answer.find("{\"return\": 42, \"error\": null}"), std::string::npos) << answer;
   expect_one_run_and_refusals(node_, "bad_request", 6);
+}
+
+TEST_F(Node, AChunkedBodysFramingLineIsCutAtItsBoundNotReadWhole) {
+  // cpp-httplib reads a chunk-size line whole before it looks at it: 32 MiB
+  // of digits without a line end went into the node's memory, and the
+  // client waited for an answer until the read timed out.
+  const long peak_before = std::stol(status_field(node_.pid(), "VmHWM"));
+  UniqueFd s(connect_loopback(node_.port()));
+  ASSERT_TRUE(s);
+  timeval tv{5, 0};
+  ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  const std::string head = "POST /run HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  ASSERT_EQ(::send(s.get(), head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  const std::string digits(1 << 16, '1');
+  size_t sent = 0;
+  for (ssize_t n; sent < (32u << 20) && (n = ::send(s.get(), digits.data(), digits.size(), MSG_NOSIGNAL)) > 0;)
+    sent += static_cast<size_t>(n);
+  const std::string answer = read_answer(s.get());
+  EXPECT_LT(sent, 16u << 20) << "the node kept reading one framing line";
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer.substr(0, 300);
+  EXPECT_NE(answer.find("a chunked body's framing line (a chunk size with its extensions, or the line after a chunk) "
+                        "is longer than 4096 bytes"),
+            std::string::npos)
+      << answer.substr(0, 300);
+  const long grown_kib = std::stol(status_field(node_.pid(), "VmHWM")) - peak_before;
+  EXPECT_LT(grown_kib, 8 * 1024) << "the node's peak resident memory grew by " << grown_kib << " KiB";
+  // Framing within the bound still runs: extensions, a 0x size, and a
+  // size line just under the bound, as cpp-httplib reads them.
+  const std::string code = "{\"code\": \"def main(a):\\n    return 7\"}";
+  std::ostringstream chunks;
+  chunks << std::hex << "0x5;ext=\"a b\"\r\n"
+         << code.substr(0, 5) << "\r\n"
+         << code.size() - 5 << ";" << std::string(kMaxFramingLine - 8, 'e') << "\r\n"
+         << code.substr(5) << "\r\n0\r\n\r\n";
+  const std::string run = send_raw(node_.port(), head + chunks.str());
+  EXPECT_NE(run.find("{\"return\": 7, \"error\": null}"), std::string::npos) << run.substr(0, 300);
 }
 
 // Sends head, and body once the node has had time to read the head alone;
