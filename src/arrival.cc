@@ -173,7 +173,7 @@ std::string peer_address(int fd) {
   return {};
 }
 
-enum class Look { kIncomplete, kComplete, kTooLarge, kGone };
+enum class Look { kIncomplete, kComplete, kTooLarge, kBareLf, kGone };
 
 std::string seconds_text(std::chrono::milliseconds d) {
   const auto ms = d.count();
@@ -215,6 +215,7 @@ struct ArrivalWatch::State {
   std::string head_silence_answer;
   std::string body_timeout_answer;
   std::string too_large_answer;
+  std::string bare_lf_answer;
   std::string overload_answer;
 
   std::mutex mutex;
@@ -257,7 +258,12 @@ struct ArrivalWatch::State {
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Look::kIncomplete : Look::kGone;
     const size_t before = seen;
     seen = static_cast<size_t>(n);
-    if (has_head_end(std::string_view(peeked.data(), seen), before)) return Look::kComplete;
+    const std::string_view head(peeked.data(), seen);
+    if (has_head_end(head, before)) return Look::kComplete;
+    // An empty line ending in a bare LF: the client meant the head to end,
+    // but cpp-httplib skips the line and would wait for more until the
+    // deadline. No CRLF head holds "\n\n".
+    if (head.find("\n\n", before > 0 ? before - 1 : 0) != std::string_view::npos) return Look::kBareLf;
     return seen >= kMaxRequestHead ? Look::kTooLarge : Look::kIncomplete;
   }
 
@@ -371,6 +377,9 @@ struct ArrivalWatch::State {
       case Look::kTooLarge:
         refused("head_too_large");
         return answer_and_close(fd, too_large_answer);
+      case Look::kBareLf:
+        refused("bad_request");
+        return answer_and_close(fd, bare_lf_answer);
       default:  // closed or failed before its head: nothing to answer
         return answer_and_close(fd, "");
     }
@@ -488,6 +497,9 @@ ArrivalWatch::ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused) : 
   s.too_large_answer = answer(431, "Request Header Fields Too Large",
                               "request headers too large: the request line and headers exceed " +
                                   std::to_string(kMaxRequestHead / 1024) + " KiB");
+  s.bare_lf_answer = answer(400, "Bad Request",
+                            "malformed request head: its lines must end in CRLF; a line ending in a bare LF "
+                            "is skipped, so an empty one ends nothing");
   s.overload_answer =
       answer(429, "Too Many Requests", "too many requests: the node is at capacity; retry later", "Retry-After: 1\r\n");
   s.thread = std::thread([&s] { s.loop(); });
@@ -508,6 +520,10 @@ void ArrivalWatch::admit(int fd, Job job) {
   if (first == Look::kTooLarge) {
     s.refused("head_too_large");
     return answer_and_close(fd, s.too_large_answer);
+  }
+  if (first == Look::kBareLf) {
+    s.refused("bad_request");
+    return answer_and_close(fd, s.bare_lf_answer);
   }
   s.wait_for_head(fd, std::move(job), seen);
 }

@@ -113,8 +113,10 @@ class BoundedTaskQueue : public httplib::TaskQueue {
     // Only if cpp-httplib stopped calling accept(): served as before the
     // watch, with no deadline on the request and no bound on its head.
     if (!warned_unseen_.exchange(true))
-      spdlog::error("the accepted socket was not seen: request_timeout and the {} KiB head limit are not enforced",
-                    kMaxRequestHead / 1024);
+      spdlog::error(
+          "the accepted socket was not seen: request_timeout, the {} KiB head limit and the {}-byte bound on a "
+          "chunked body's framing lines are not enforced",
+          kMaxRequestHead / 1024, kMaxFramingLine);
     if (queue(fn)) return;
     t_shedding = true;
     fn();
@@ -211,8 +213,8 @@ std::string too_large_message(uint64_t body_limit) {
 
 constexpr const char* kOverloadMessage = "too many requests: the node is at capacity; retry later";
 std::string framing_too_long_message() {
-  return "a chunked body's framing line (a chunk size with its extensions, or the line after a chunk) is longer "
-         "than " +
+  return "a chunked body's framing line (a chunk size with its extensions, the line after a chunk, or the last "
+         "line) is longer than " +
          std::to_string(kMaxFramingLine) + " bytes";
 }
 
@@ -492,6 +494,8 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
   if (const Refusal refusal = refusal_before_the_body(req, *cfg, li, tenant); refusal.status) {
     discard_body(req, reader, limit);
     if (!request_arrived()) return;
+    // Its read cut at a framing line: what the connection answers is that.
+    if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message());
     return refuse(req, res, refusal);
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded

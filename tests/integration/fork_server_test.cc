@@ -198,7 +198,6 @@ TEST_F(ForkServer, EachRunHasNamespacesOfItsOwn) {
   }
 }
 
-// "Name:\tvalue" of /proc/PID/status, "" when missing.
 // The fork server clones each run's PID 1 itself, straight into the run's
 // namespaces: no process stands between them (one fork fewer per run).
 TEST_F(ForkServer, ClonesEachRunsPid1Itself) {
