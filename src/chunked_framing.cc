@@ -17,6 +17,7 @@ void ChunkedFraming::feed(const char* data, size_t size) {
       case State::kData:
         used = static_cast<size_t>(std::min<uint64_t>(data_left_, size));
         data_left_ -= used;
+        data_bytes_ += used;
         if (data_left_ == 0) state_ = State::kDataEnd;
         break;
       default:
@@ -79,10 +80,16 @@ void ChunkedFraming::line_ended() {
       break;
     }
     case State::kDataEnd:
-      // Anything but CRLF ends the body there.
-      state_ = std::strcmp(line, "\r\n") == 0 ? State::kSizeLine : State::kOver;
+      // Anything but CRLF ends the body there, taken as whole.
+      if (std::strcmp(line, "\r\n") == 0) {
+        state_ = State::kSizeLine;
+      } else {
+        accepted_ = true;
+        state_ = State::kOver;
+      }
       break;
-    default:  // kLastLine: the body's last line, whatever it holds
+    default:  // kLastLine: the body's last line, which must be CRLF
+      accepted_ = std::strcmp(line, "\r\n") == 0;
       state_ = State::kOver;
       break;
   }

@@ -30,6 +30,10 @@ class ChunkedFraming {
   // cpp-httplib has nothing more to read of this body (its end, or framing
   // it fails on itself).
   bool over() const { return state_ == State::kOver; }
+  // Once over(): whether cpp-httplib takes the body as whole, and how many
+  // bytes of chunk data it holds (checked against cpp-httplib itself).
+  bool accepted() const { return accepted_; }
+  uint64_t data_bytes() const { return data_bytes_; }
 
  private:
   enum class State { kHead, kSizeLine, kData, kDataEnd, kLastLine, kOver, kTooLong };
@@ -41,6 +45,8 @@ class ChunkedFraming {
   State state_ = State::kHead;
   int head_end_matched_ = 0;  // how much of "\n\r\n" the head's last bytes match
   uint64_t data_left_ = 0;
+  uint64_t data_bytes_ = 0;
+  bool accepted_ = false;
   std::string line_;
 };
 

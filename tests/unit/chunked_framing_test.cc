@@ -2,9 +2,21 @@
 // which must read a body exactly as cpp-httplib 0.11 does.
 #include "nsbox/chunked_framing.h"
 
-#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
 #include <string>
+#include <thread>
+
+#include "nsbox/unique_fd.h"
 
 namespace nsbox {
 namespace {
@@ -93,6 +105,112 @@ TEST(ChunkedFraming, SizesAreReadAsStrtoulReadsThem) {
   const Verdict huge = fed(kHead + "-2\r\n" + std::string(3 * kMaxFramingLine, 'd'));
   EXPECT_FALSE(huge.too_long);
   EXPECT_FALSE(huge.over);
+}
+
+// cpp-httplib itself, in this process on loopback: what it makes of a
+// chunked body, "whole N" or "broken N" (N bytes of data handed on).
+class CppHttplibReading {
+ public:
+  CppHttplibReading() {
+    server_.Post("/", [](const httplib::Request&, httplib::Response& res, const httplib::ContentReader& reader) {
+      uint64_t size = 0;
+      const bool whole = reader([&size](const char*, size_t n) {
+        size += n;
+        return true;
+      });
+      res.set_content((whole ? "whole " : "broken ") + std::to_string(size), "text/plain");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    for (int i = 0; i < 500 && !server_.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ~CppHttplibReading() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+  // The request sent whole, the answer read until cpp-httplib closes (the
+  // request says Connection: close). The client's side stays open: after a
+  // shutdown(SHUT_WR) cpp-httplib would take the peer as gone and not answer.
+  std::string read(const std::string& request) const {
+    UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    const timeval bound{5, 0};
+    ::setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port_));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (!s || ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "connect failed";
+    if (::send(s.get(), request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size()))
+      return "send failed";
+    std::string answer;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(s.get(), buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<size_t>(n));
+    const size_t body = answer.find("\r\n\r\n");
+    return body == std::string::npos ? "no answer: " + answer : answer.substr(body + 4);
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = -1;
+  std::thread thread_;
+};
+
+// A chunked body in the forms clients, and attackers, write: sizes with a
+// 0x prefix, blanks, a sign, extensions, a NUL, a bare LF; data shorter or
+// longer than its size; odd lines after a chunk and at the end.
+std::string odd_chunked_body(std::mt19937& rng) {
+  auto pick = [&rng](unsigned n) { return rng() % n; };
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string body;
+  for (unsigned chunks = pick(4); chunks > 0; --chunks) {
+    const size_t size = 1 + pick(40);
+    std::string text;
+    for (size_t v = size; v > 0; v /= 16) text.insert(text.begin(), kHex[v % 16]);
+    if (pick(2)) std::transform(text.begin(), text.end(), text.begin(), ::toupper);
+    static const std::string kForms[] = {"0x", " ", "\t", "+", "-", "", "", ""};
+    text = kForms[pick(8)] + text;
+    static const std::string kAfter[] = {";ext=1", std::string("\0junk", 5), " ", ";a=\"b c\"", "", "", ""};
+    text += kAfter[pick(7)];
+    body += text + (pick(6) == 0 ? "\n" : "\r\n");
+    const size_t data = pick(8) == 0 ? size + 2 - std::min<size_t>(size, pick(5)) : size;  // off by -2..+2
+    for (size_t i = 0; i < data; ++i) body += pick(10) == 0 ? '\n' : static_cast<char>('a' + pick(26));
+    static const std::string kLineAfter[] = {"X\r\n", "\n", "\r\r\n", "\r\n", "\r\n", "\r\n", "\r\n"};
+    body += kLineAfter[pick(7)];
+  }
+  static const std::string kLast[] = {
+      "0;e=1\r\n\r\n", "0\r\nTrailer: x\r\n\r\n", "00\r\n\r\n", "zz\r\n", "0\r\nx\r\n", "0\r\n\r\n", "0\r\n\r\n"};
+  return body + kLast[pick(7)];
+}
+
+TEST(ChunkedFraming, ReadsOddBodiesExactlyAsCppHttplibDoes) {
+  // Differential: where the parser says cpp-httplib is done with a body, it
+  // must agree with cpp-httplib on whether the body is whole and on how
+  // much data it holds; a disagreement is a place where the two would see
+  // different lines, and a line the bound does not see.
+  CppHttplibReading real;
+  ASSERT_GT(real.port(), 0);
+  std::mt19937 rng(20261204);
+  const std::string head = "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+  int compared = 0;
+  int whole = 0;
+  for (int i = 0; i < 600; ++i) {
+    const std::string request = head + odd_chunked_body(rng);
+    ChunkedFraming framing;
+    framing.feed(request.data(), request.size());
+    ASSERT_FALSE(framing.too_long());
+    if (!framing.over()) continue;  // waits for data that never comes: cpp-httplib reads to the end
+    ++compared;
+    whole += framing.accepted();
+    const std::string expected =
+        std::string(framing.accepted() ? "whole " : "broken ") + std::to_string(framing.data_bytes());
+    EXPECT_EQ(real.read(request), expected) << ::testing::PrintToString(request);
+  }
+  // Enough of both kinds were compared for the check to mean something.
+  EXPECT_GT(compared, 400);
+  EXPECT_GT(whole, 100);
+  EXPECT_GT(compared - whole, 80);
 }
 
 }  // namespace
