@@ -13,7 +13,8 @@ function isLiveProcess(pid) {
 }
 
 function main(args) {
-  const child = childProcess.spawn('sleep', ['60', args.params.marker], { stdio: 'ignore' });
+  // The marker goes in argv[0]: sleep takes every other argument as a time.
+  const child = childProcess.spawn('sleep', ['60'], { argv0: `${args.params.marker}-sleeper`, stdio: 'ignore' });
   if (!child.pid) return escaped('could not start a child to check kill(-1) on: the check would prove nothing');
   sleepMs(200);
   let hostPid;

@@ -6,7 +6,7 @@ function main(args) {
   const children = [];
   for (let i = 0; i < 3000; ++i) {
     try {
-      const c = childProcess.spawn('sleep', ['30', args.params.marker], { stdio: 'ignore' });
+      const c = childProcess.spawn('sleep', ['30'], { argv0: `${args.params.marker}-sleeper`, stdio: 'ignore' });
       c.on('error', () => {}); // a refused spawn also comes as an event
       if (!c.pid) return stopped(`spawn refused after ${children.length} (no pid)`);
       children.push(c);
