@@ -256,6 +256,12 @@ bool only_process_left() noexcept {
 }
 
 void run_sandbox_child(const ChildConfig& c) noexcept {
+  // First of all: clone copied every fd of the supervisor, the sync pipe's
+  // write end too (and, in a node, those of runs set up at the same time).
+  // While such a copy is open, the supervisor's death neither ends the read
+  // below nor shows as a hang-up before PR_SET_PDEATHSIG: a half-made
+  // sandbox would wait forever, or a run would outlive its supervisor.
+  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count)) fail(c, "close_range", "inherited fds", err);
   char go = 0;
   ssize_t n;
   while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
@@ -284,7 +290,6 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   pollfd sync_poll{c.sync_fd, POLLIN, 0};
   if (::poll(&sync_poll, 1, 0) > 0 && (sync_poll.revents & (POLLHUP | POLLERR))) ::_exit(kSetupFailedExit);
-  if (int err = close_inherited_fds(c.keep_fds, c.keep_fd_count)) fail(c, "close_range", "inherited fds", err);
   hide_supervisor_cmdline(c);
 
   const char* object = nullptr;

@@ -824,13 +824,14 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     if (out_pipe) keep.insert(keep.end(), {out_pipe->write.get(), err_pipe->write.get(), stdin_source.get()});
     if (fd3_pipe) keep.push_back(fd3_pipe->write.get());
     if (!fd3_pipe && spec.fd3_socket >= 0) keep.push_back(spec.fd3_socket);
-    std::sort(keep.begin(), keep.end());
 
     const SeccompProgram& program = seccomp_for(spec.seccomp);
     // v1 has no CLONE_INTO_CGROUP: PID 1 joins the run's cgroup itself, first
     // thing, through these (no workload code ever runs outside it).
     std::vector<UniqueFd> join = cgroup ? cgroup->open_join_fds() : std::vector<UniqueFd>{};
     const std::vector<int> join_fds = raw_fds(join);
+    keep.insert(keep.end(), join_fds.begin(), join_fds.end());  // PID 1 closes them once joined
+    std::sort(keep.begin(), keep.end());
     ChildConfig config{
         .sync_fd = sync.read.get(),
         .error_fd = errors.write.get(),

@@ -22,7 +22,7 @@ struct ChildConfig {
   int stdout_fd;
   int stderr_fd;
   int result_fd;        // -1, or an fd that becomes the workload's fd 3 (agent results)
-  const int* keep_fds;  // sorted; every other fd >= 3 is closed first thing
+  const int* keep_fds;  // sorted, join_fds among them; every other fd >= 3 is closed first thing
   size_t keep_fd_count;
   // cgroup v1: the run's tasks files (RunCgroup::open_join_fds), which
   // PID 1 writes "0" to, and closes, before anything else. On v2 it is

@@ -275,8 +275,8 @@ TEST_F(Cgroups, NoRunCgroupRemainsAfterManyRunsOfEveryKind) {
 
 TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
   const std::string marker = unique_token("nsbox-stale-");
-  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--memory", "64MiB", "--", "sh", "-c",
-                         "exec sleep 1000 " + marker.substr(0, 0)});
+  pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--memory", "64MiB", "--", "python3", "-c",
+                         "import time; time.sleep(1000)", marker});
   // Wait until its run cgroup exists, then kill nsbox without warning.
   const std::string prefix = "run-" + std::to_string(cli) + "-";
   std::vector<std::string> dirs;
@@ -293,6 +293,31 @@ TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
   CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const auto& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d << " survived";
+  EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
+}
+
+// nsbox killed at every moment of a sandbox's setup, from just before its
+// clone to the workload's start: no part of the run may outlive it, not even
+// a half-made sandbox waiting for a go that never comes.
+TEST_F(Cgroups, NoRunOutlivesAnNsboxKilledDuringItsSetup) {
+  const std::string marker = unique_token("nsbox-setup-kill-");
+  for (int i = 0; i < 40; ++i) {
+    pid_t cli = spawn_cli({"run", "--rootfs", test_rootfs(), "--memory", "64MiB", "--", "python3", "-c",
+                           "import time; time.sleep(1000)", marker});
+    const std::string prefix = "run-" + std::to_string(cli) + "-";
+    bool made = false;
+    for (int j = 0; j < 5000 && !made; ++j) {
+      for (const auto& d : run_cgroup_dirs(launcher().cgroup_host(), cli)) made |= d.find(prefix) != std::string::npos;
+      if (!made) ::usleep(200);
+    }
+    ::usleep(static_cast<useconds_t>(i % 20) * 250);  // 0 to 4.75 ms past the cgroup's making
+    ::kill(cli, SIGKILL);
+    wait_cli(cli);
+  }
+  EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "a run outlived its killed nsbox";
+  for (pid_t survivor : host_pids_with_cmdline(marker)) ::kill(survivor, SIGKILL);
+  // The next nsbox removes the killed ones' cgroups.
+  EXPECT_EQ(run_cli({"run", "--rootfs", test_rootfs(), "--", "true"}).exit_code, 0);
 }
 
 // A host whose cgroups offer no controllers (v2 mounted, nothing delegated).
