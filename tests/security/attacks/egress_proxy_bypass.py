@@ -9,6 +9,9 @@ def main(args):
         try:
             s.connect((host, port))
             return escaped(f"connected directly to {host}:{port}")
+        except socket.timeout:
+            # Only lo exists here: a refusal or no route comes at once.
+            return escaped(f"connecting directly to {host}:{port} timed out: a route exists")
         except OSError:
             pass
         finally:
@@ -43,6 +46,10 @@ def main(args):
         answer = proxy_exchange(trick.encode(), timeout=15)
         if answer.startswith(b"HTTP/1.1 200") or answer.startswith(b"HTTP/1.0"):
             return escaped(f"forwarded: {trick[:80]!r}")
+        # The bait service never answers, so a forwarded request would end
+        # in a 502/504 or a timeout: only the proxy's own 4xx is a refusal.
+        if not answer.startswith(b"HTTP/1.1 4"):
+            return escaped(f"not refused: {trick[:80]!r} got {answer[:120]!r}")
     if socks5_reply("127.0.0.1", port) == 0:
         return escaped("SOCKS5 reached loopback")
     return stopped("no direct route, the proxy's port and socket are out of reach, every trick refused")

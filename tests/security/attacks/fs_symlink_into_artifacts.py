@@ -1,5 +1,4 @@
 """Make the supervisor copy a host file out as an artifact through a symlink."""
-# expect: no_artifact leak
 def main(args):
     p = args.params
     try:
@@ -7,5 +6,5 @@ def main(args):
         os.symlink(p["secret_path"], "/workspace/out/leak")
         os.symlink("/proc/1/root" + p["secret_path"], "/workspace/out/leak2")
     except OSError as e:
-        return stopped("cannot plant symlinks: " + str(e))
+        return escaped("cannot plant symlinks, the check would prove nothing: " + str(e))
     return stopped("symlinks planted; the harness checks no artifact holds the secret")

@@ -1,6 +1,7 @@
 """Call through the i386 ABI (int 0x80), where a deny list keyed on x86_64
 numbers would not match: machine code in an executable page."""
 # expect: killed
+# needs: i386
 import mmap
 
 
