@@ -49,17 +49,29 @@ const LangFiles& files_of(Lang lang) {
   return lang == Lang::kPython ? python : javascript;
 }
 
-// What an attack's header asks of the harness: `# expect: WORD [ARG]` lines
-// and `# timeout: SECONDS` (`// expect: ...` in JavaScript).
+// What an attack's header asks of the harness (`// ...` in JavaScript):
+// `# expect: killed|no_process|truncated`, `# expect: limit NAME...` (the
+// run's limits_hit must name one), `# denied: CALL...` (the run's
+// denied_syscalls must count each), `# timeout: SECONDS`, `# needs: i386`,
+// `# profile: egress`. docs/TESTING.md has the table.
 struct Attack {
   std::string name;
   Lang lang = Lang::kPython;
   std::string code;  // prelude + attack
   std::set<std::string> expect;
+  std::set<std::string> limits;  // `expect: limit NAME...`: what limits_hit must name (one of them)
+  std::set<std::string> denied;  // `denied: CALL...`: the filter must have refused (and counted) each
   int timeout_s = 30;
   bool egress = false;      // `# profile: egress`
   bool needs_i386 = false;  // `# needs: i386`: the host kernel must run i386 system calls
 };
+
+std::set<std::string> words_of(const std::string& text) {
+  std::istringstream in(text);
+  std::set<std::string> words;
+  for (std::string w; in >> w;) words.insert(w);
+  return words;
+}
 
 Attack load_attack(const std::string& name, Lang lang = Lang::kPython) {
   const LangFiles& f = files_of(lang);
@@ -69,12 +81,25 @@ Attack load_attack(const std::string& name, Lang lang = Lang::kPython) {
   const std::string body = slurp(kSecurityDir + "/" + f.dir + "/" + name + f.ext);
   a.code = slurp(kSecurityDir + "/" + f.prelude) + "\n" + body;
   const std::string c = f.comment;
-  const std::regex expect_re("^" + c + " expect: (\\w+)", std::regex::multiline);
-  for (std::sregex_iterator it(body.begin(), body.end(), expect_re), end; it != end; ++it) a.expect.insert((*it)[1]);
+  const std::regex expect_re("^" + c + " expect: (\\w+)(.*)$", std::regex::multiline);
+  for (std::sregex_iterator it(body.begin(), body.end(), expect_re), end; it != end; ++it) {
+    a.expect.insert((*it)[1]);
+    if ((*it)[1] == "limit") a.limits = words_of((*it)[2]);
+  }
+  const std::regex denied_re("^" + c + " denied: (.*)$", std::regex::multiline);
+  for (std::sregex_iterator it(body.begin(), body.end(), denied_re), end; it != end; ++it)
+    a.denied.merge(words_of((*it)[1]));
   // A misspelt word would silently turn its check off.
   static const std::set<std::string> kExpectWords = {"killed", "limit", "no_process", "truncated"};
   for (const auto& word : a.expect)
     if (!kExpectWords.contains(word)) throw std::runtime_error(name + ": unknown expect word " + word);
+  // The names Result.limits_hit uses (src/sandbox.cc).
+  static const std::set<std::string> kLimitNames = {
+      "memory", "pids", "cpu_time", "wall_time", "output", "cpu", "network_connections", "network_bytes"};
+  if (a.expect.contains("limit") && a.limits.empty())
+    throw std::runtime_error(name + ": `expect: limit` must name the limit that stops it");
+  for (const auto& limit : a.limits)
+    if (!kLimitNames.contains(limit)) throw std::runtime_error(name + ": unknown limit " + limit);
   const std::regex timeout_re("^" + c + " timeout: (\\d+)", std::regex::multiline);
   std::smatch m;
   if (std::regex_search(body, m, timeout_re)) a.timeout_s = std::stoi(m[1]);
@@ -238,10 +263,13 @@ struct Outcome {
   json verdict;        // {"stopped": bool, "detail": str} or null
   bool stdout_truncated = false;
   int signal = 0;  // the signal that ended the run, 0 for none
-  std::vector<std::string> artifact_contents;
-  std::string pool;        // through the node: warm, cold or forked
-  std::string mode_error;  // the run was not the kind the test asked for
-  std::string raw;         // for failure messages
+  std::set<std::string> limits_hit;
+  std::map<std::string, int> denied_syscalls;  // refused by the seccomp filter, with counts
+  std::vector<std::string> artifact_contents;  // decoded
+  std::vector<std::string> artifact_symlinks;  // nsbox run wrote a symlink (it must copy only regular files)
+  std::string pool;                            // through the node: warm, cold or forked
+  std::string mode_error;                      // the run was not the kind the test asked for
+  std::string raw;                             // for failure messages
 };
 
 // JavaScript verdicts say whether their run was forked by the fork server
@@ -251,6 +279,16 @@ void check_forked_flag(const Attack& a, bool forked, Outcome& o) {
   if (!o.verdict.contains("forked") || o.verdict["forked"] != json(forked))
     o.mode_error = std::string("the verdict says forked=") + o.verdict.value("forked", json()).dump() + ", expected " +
                    (forked ? "true" : "false");
+}
+
+// What both paths' results say alike: how the run ended and what stopped it.
+void read_result(const json& j, Outcome& o) {
+  o.status = j.value("status", "");
+  o.stdout_truncated = j.value("stdout_truncated", false);
+  if (j.contains("signal") && j["signal"].is_number_integer()) o.signal = j["signal"].get<int>();
+  for (const auto& limit : j.value("limits_hit", json::array())) o.limits_hit.insert(limit.get<std::string>());
+  if (j.contains("denied_syscalls") && j["denied_syscalls"].is_object())
+    for (const auto& [call, count] : j["denied_syscalls"].items()) o.denied_syscalls[call] = count.get<int>();
 }
 
 Outcome run_through_cli(const Attack& a) {
@@ -285,9 +323,7 @@ Outcome run_through_cli(const Attack& a) {
   o.raw = r.out.substr(0, 2000) + r.err.substr(0, 500);
   json j = json::parse(r.out, nullptr, false);
   if (j.is_discarded()) return o;
-  o.status = j.value("status", "");
-  o.stdout_truncated = j.value("stdout_truncated", false);
-  if (j.contains("signal") && j["signal"].is_number_integer()) o.signal = j["signal"].get<int>();
+  read_result(j, o);
   const std::string out = j.value("stdout", "");
   size_t at = out.rfind("NSBOX-VERDICT ");
   if (at != std::string::npos) {
@@ -303,7 +339,10 @@ Outcome run_through_cli(const Attack& a) {
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(artifacts.path() + "/out", ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-    if (it->is_regular_file()) o.artifact_contents.push_back(slurp(it->path().string()));
+    if (it->is_symlink())
+      o.artifact_symlinks.push_back(it->path().string());
+    else if (it->is_regular_file())
+      o.artifact_contents.push_back(slurp(it->path().string()));
   return o;
 }
 
@@ -326,6 +365,28 @@ void wait_for_warm_pool() {
 void wait_for_fork_servers() {
   for (int i = 0; i < 3000 && metric(the_node(), "nsbox_pool_fork_servers") < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// The node's artifacts come in base64: decoded here (independently of
+// nsbox's encoder), so that the secret is found at any offset.
+std::string decode_base64(const std::string& text) {
+  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  uint32_t bits = 0;
+  int count = 0;
+  for (char c : text) {
+    size_t v = kAlphabet.find(c);
+    if (v == std::string::npos) continue;  // padding
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if (++count == 4) {
+      out += {static_cast<char>(bits >> 16), static_cast<char>(bits >> 8 & 0xff), static_cast<char>(bits & 0xff)};
+      bits = 0;
+      count = 0;
+    }
+  }
+  if (count == 3) out += {static_cast<char>(bits >> 10), static_cast<char>(bits >> 2 & 0xff)};
+  if (count == 2) out += static_cast<char>(bits >> 4);
+  return out;
 }
 
 // forked: as the tenant whose Python and JavaScript runs come from the fork
@@ -352,9 +413,7 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   o.raw = r->body.substr(0, 2000);
   json j = json::parse(r->body, nullptr, false);
   if (j.is_discarded()) return o;
-  o.status = j.value("status", "");
-  o.stdout_truncated = j.value("stdout_truncated", false);
-  if (j.contains("signal") && j["signal"].is_number_integer()) o.signal = j["signal"].get<int>();
+  read_result(j, o);
   o.pool = j.value("pool", "");
   if (j["return"].is_object()) o.verdict = j["return"];
   // A warm sandbox of that tenant was forked too (ahead of its request).
@@ -365,7 +424,7 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
     o.mode_error = "not served warm (pool " + o.pool + ")";
   check_forked_flag(a, forked, o);
   for (const auto& art : j.value("artifacts", json::array()))
-    o.artifact_contents.push_back(art.value("content_base64", ""));
+    o.artifact_contents.push_back(decode_base64(art.value("content_base64", "")));
   return o;
 }
 
@@ -375,7 +434,8 @@ void check(const Attack& a, const Outcome& o) {
   // NSBOX_TEST_SHOW_VERDICTS=1: every attack's outcome on stderr, passed or not.
   if (std::getenv("NSBOX_TEST_SHOW_VERDICTS"))
     std::cerr << "[verdict] " << a.name << ": status " << o.status << (o.pool.empty() ? "" : ", pool " + o.pool) << ", "
-              << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << "\n";
+              << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << ", limits_hit " << json(o.limits_hit).dump()
+              << ", denied " << json(o.denied_syscalls).dump() << "\n";
   const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
   if (a.expect.count("killed")) {
     EXPECT_EQ(o.status, "killed") << "the attack should have been killed";
@@ -383,16 +443,30 @@ void check(const Attack& a, const Outcome& o) {
     // the i386 ABI answers int 0x80 with SIGSEGV).
     EXPECT_EQ(o.signal, SIGSYS) << "killed by signal " << o.signal << ", not by the seccomp filter";
   } else if (a.expect.count("limit") && (o.status == "oom" || o.status == "timeout" || o.status == "killed")) {
-    // Ended by a limit: stopped.
+    // Ended by a limit: stopped (which one is checked below).
   } else if (a.expect.count("truncated") && o.stdout_truncated && !o.verdict.is_object()) {
     // The verdict line itself was cut by the cap.
   } else {
     EXPECT_TRUE(stopped) << a.name << ": "
                          << (o.verdict.is_object() ? o.verdict.value("detail", "") : "status " + o.status);
   }
+  // Whether the run ended or the attack saw a refusal, it must have been
+  // the limit meant to stop it: a bomb that dies of an unrelated fault, or
+  // a spinner stopped by its own bug, proves nothing.
+  if (a.expect.count("limit")) {
+    bool named = std::any_of(a.limits.begin(), a.limits.end(), [&](const auto& l) { return o.limits_hit.contains(l); });
+    EXPECT_TRUE(named) << "limits_hit " << json(o.limits_hit).dump() << " names none of " << json(a.limits).dump();
+  }
   if (a.expect.count("truncated")) {
     EXPECT_TRUE(o.stdout_truncated) << "the output flood was not capped";
+    EXPECT_TRUE(o.limits_hit.contains("output")) << "limits_hit " << json(o.limits_hit).dump() << " lacks output";
   }
+  // A call the kernel also refuses to an unprivileged process fails with
+  // EPERM whether or not the filter has its rule: only the run's count of
+  // refused calls shows that the rule is what answered.
+  for (const auto& call : a.denied)
+    EXPECT_TRUE(o.denied_syscalls.contains(call))
+        << call << " was not refused by the seccomp filter (denied_syscalls " << json(o.denied_syscalls).dump() << ")";
   if (a.expect.count("no_process")) {
     EXPECT_TRUE(wait_for_no_process(bait->marker(), 5000)) << "a process of the run survived it";
   }
@@ -400,6 +474,8 @@ void check(const Attack& a, const Outcome& o) {
     EXPECT_EQ(content.find(bait->secret()), std::string::npos) << "an artifact carried the host secret";
     EXPECT_EQ(content.find("aG9zdCBzZWNyZXQ"), std::string::npos) << "an artifact carried the host secret (base64)";
   }
+  EXPECT_TRUE(o.artifact_symlinks.empty())
+      << "nsbox run wrote a symlink among the artifacts: " << o.artifact_symlinks.front();
 }
 
 // Whether this kernel runs i386 system calls (int 0x80) in a 64-bit process:
@@ -453,6 +529,14 @@ TEST_P(Escape, StoppedInARunOfTheForkServer) {
 
 INSTANTIATE_TEST_SUITE_P(Attacks, Escape, ::testing::ValuesIn(attack_names()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// The node path's secret check stands on this decoder.
+TEST(EscapeSuite, DecodesTheNodesBase64) {
+  EXPECT_EQ(decode_base64("aGVsbG8="), "hello");
+  EXPECT_EQ(decode_base64("eGhvc3Qgc2VjcmV0"), "xhost secret");
+  EXPECT_EQ(decode_base64("eHhob3N0IHNlY3JldA=="), "xxhost secret");
+  EXPECT_EQ(decode_base64(""), "");
+}
 
 TEST(EscapeSuite, HasAtLeastFiftyAttacks) { EXPECT_GE(attack_names().size(), 50u); }
 

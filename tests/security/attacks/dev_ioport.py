@@ -1,4 +1,5 @@
 """Get raw I/O port access (iopl/ioperm)."""
+# denied: iopl ioperm
 def main(args):
     a = refused("iopl", 3)
     if not a["stopped"]:

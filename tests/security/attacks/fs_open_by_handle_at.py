@@ -1,4 +1,5 @@
 """Open a host inode by file handle (the 'shocker' escape)."""
+# denied: open_by_handle_at
 def main(args):
     # struct file_handle for ext4 root inode 2, generation 0.
     handle = ctypes.create_string_buffer(struct.pack("II", 8, 1) + struct.pack("II", 2, 0))

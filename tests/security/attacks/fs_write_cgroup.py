@@ -1,4 +1,5 @@
 """Raise the sandbox's own limits or escape its cgroup through cgroupfs."""
+# denied: mount
 def main(args):
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/pids.max",
                  "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/unified/cgroup.procs"):

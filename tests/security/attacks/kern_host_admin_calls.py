@@ -1,4 +1,5 @@
 """Reboot, swap, set the clock, turn on process accounting."""
+# denied: reboot swapon settimeofday clock_settime acct
 def main(args):
     ts = struct.pack("qq", 0, 0)
     for name, a in (("reboot", (0xfee1dead, 672274793, 0x1234567, None)), ("swapon", (b"/tmp/x", 0)),

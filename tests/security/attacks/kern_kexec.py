@@ -1,4 +1,5 @@
 """Load a new kernel."""
+# denied: kexec_load kexec_file_load
 def main(args):
     a = refused("kexec_load", 0, 0, None, 0)
     if not a["stopped"]:

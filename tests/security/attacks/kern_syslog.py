@@ -1,4 +1,5 @@
 """Read the kernel log (host addresses and activity)."""
+# denied: syslog
 def main(args):
     SYSLOG_ACTION_READ_ALL = 3
     buf = ctypes.create_string_buffer(4096)

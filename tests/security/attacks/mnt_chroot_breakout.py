@@ -1,4 +1,5 @@
 """The classic chroot escape: chroot into a subdirectory, then chdir .. past it."""
+# denied: chroot
 def main(args):
     os.makedirs("/tmp/jail", exist_ok=True)
     try:

@@ -1,4 +1,5 @@
 """clone() with CLONE_NEWUSER instead of unshare."""
+# denied: clone
 def main(args):
     CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
     r, e = syscall("clone", CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)

@@ -1,4 +1,5 @@
 """Create new mount, network, pid, uts, ipc or cgroup namespaces."""
+# denied: unshare
 def main(args):
     for name, flag in (("mount", 0x20000), ("net", 0x40000000), ("pid", 0x20000000), ("uts", 0x4000000),
                        ("ipc", 0x8000000), ("cgroup", 0x2000000), ("time", 0x80)):

@@ -1,4 +1,5 @@
 """Read PID 1's memory with process_vm_readv."""
+# denied: process_vm_readv
 def main(args):
     buf = ctypes.create_string_buffer(64)
     local = struct.pack("QQ", ctypes.addressof(buf), 64)

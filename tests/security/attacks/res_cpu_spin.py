@@ -1,6 +1,6 @@
 """Spin on every CPU forever."""
 # timeout: 3
-# expect: limit
+# expect: limit wall_time cpu_time
 def main(args):
     import threading
     def spin():

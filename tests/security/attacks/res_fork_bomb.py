@@ -1,5 +1,5 @@
 """Fork until the host runs out of processes."""
-# expect: limit
+# expect: limit pids
 def main(args):
     children = []
     try:

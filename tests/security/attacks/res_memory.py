@@ -1,5 +1,5 @@
 """Allocate far more memory than the limit."""
-# expect: limit
+# expect: limit memory
 def main(args):
     blocks = []
     try:

@@ -1,5 +1,5 @@
 """Start threads without bound."""
-# expect: limit
+# expect: limit pids
 def main(args):
     import threading
     ev = threading.Event()

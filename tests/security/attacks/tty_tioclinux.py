@@ -1,4 +1,5 @@
 """Use TIOCLINUX (console selection and paste)."""
+# denied: ioctl
 def main(args):
     TIOCLINUX = 0x541C
     arg = ctypes.c_char(b"\x02")

@@ -1,4 +1,5 @@
 """Inject keystrokes into the terminal with TIOCSTI."""
+# denied: ioctl
 def main(args):
     TIOCSTI = 0x5412
     c = ctypes.c_char(b"x")

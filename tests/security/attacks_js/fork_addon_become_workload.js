@@ -5,6 +5,7 @@
 // them, and Node cannot duplicate an fd: a child node (which inherits this
 // process's filters) makes the calls, tries what they deny, and writes
 // what it saw to a file.
+// denied: mount unshare
 function main(args) {
   const child = `
     const fs = require('fs');

@@ -1,6 +1,7 @@
 // Load the fork server's add-on and fork a new run of our own: a PID 1 in
 // fresh user, pid and mount namespaces, where we would hold every
 // capability, outside this run's seccomp filter's reach for mounts.
+// denied: clone
 function main(args) {
   const forkinit = require(FORKINIT);
   const devnull = () => fs.openSync('/dev/null', 'r+');

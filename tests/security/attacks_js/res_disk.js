@@ -1,6 +1,5 @@
 // Fill the writable places (/tmp, /dev/shm, the workspace) until the host's
 // disk or memory runs out: each must be capped (64 MiB by default).
-// expect: limit
 function main(args) {
   const chunk = Buffer.alloc(16 << 20, 7);
   const filled = [];

@@ -1,5 +1,5 @@
 // child_process fork bomb: spawn until the host runs out of processes.
-// expect: limit
+// expect: limit pids
 // expect: no_process
 // timeout: 30
 function main(args) {

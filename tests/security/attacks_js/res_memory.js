@@ -1,6 +1,6 @@
 // Allocate far more memory than the limit, outside V8's heap (Buffers,
 // touched) and inside it.
-// expect: limit
+// expect: limit memory
 function main(args) {
   const blocks = [];
   try {

@@ -1,6 +1,6 @@
 // Grow V8's own heap (arrays of numbers and strings) past the memory limit,
 // with the heap limit itself raised first.
-// expect: limit
+// expect: limit memory
 function main(args) {
   require('v8').setFlagsFromString('--max-old-space-size=8192');
   const keep = [];

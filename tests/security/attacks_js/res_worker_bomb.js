@@ -1,6 +1,6 @@
 // worker_threads bomb: every worker is a thread (and an isolate): start
 // them until the host runs out of threads or memory.
-// expect: limit
+// expect: limit memory pids
 async function main(args) {
   const { Worker } = require('worker_threads');
   const workers = [];
