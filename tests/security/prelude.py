@@ -60,6 +60,21 @@ def fails(what, fn, *args):
     return escaped(f"{what} succeeded: {result!r}"[:300])
 
 
+def connect_error(family, addr, port, expected, timeout=3):
+    """None when a TCP connect to (addr, port) fails at once with errno
+    expected (ECONNREFUSED: nobody listens; ENETUNREACH: no route); else
+    what happened instead (a timeout means the packets went somewhere)."""
+    s = socket.socket(family)
+    s.settimeout(timeout)
+    try:
+        s.connect((addr, port))
+        return f"connected to {addr}:{port}"
+    except OSError as e:
+        return None if e.errno == expected else f"{addr}:{port}: {e!r}, not {errno.errorcode[expected]}"
+    finally:
+        s.close()
+
+
 def reads_secret(path, secret):
     """True when path can be read and holds the host's secret."""
     try:

@@ -18,6 +18,7 @@ async function main(args) {
     }), 3000, 'send').catch((e) => e.code);
     s.close();
     if (r === 'sent') return escaped(`a datagram left for ${addr}`);
+    if (r !== 'ENETUNREACH') return escaped(`${addr}: ${r}, not 'no route'`);
     tried.push(`${addr}: ${r}`);
   }
   return stopped(tried.join(', '));

@@ -9,6 +9,8 @@ async function main(args) {
       .catch((e) => (e.cause && e.cause.code) || e.name);
     if (r.startsWith('answered')) return escaped(`${url} ${r}`);
     if (r === 'TimeoutError' || r === 'AbortError') return escaped(`${url}: no refusal, a timeout (a route out exists?)`);
+    const expected = url.includes('127.0.0.1') ? 'ECONNREFUSED' : 'ENETUNREACH';
+    if (r !== expected) return escaped(`${url}: ${r}, not ${expected}`);
     tried.push(`${url}: ${r}`);
   }
   return stopped(tried.join(', '));

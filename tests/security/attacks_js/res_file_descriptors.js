@@ -1,11 +1,13 @@
 // Open files until the host runs out of file descriptors.
+const LIMIT = 256; // the default profile's open_files
 function main(args) {
   const fds = [];
   try {
     for (let i = 0; i < 1000000; ++i) fds.push(fs.openSync('/dev/null', 'r'));
   } catch (e) {
-    if (e.code === 'EMFILE' && fds.length < 4096) return stopped(`EMFILE after ${fds.length} fds`);
-    return escaped(`${e.code} after ${fds.length} fds`);
+    const highest = Math.max(-1, ...fds);
+    if (e.code === 'EMFILE' && highest < LIMIT) return stopped(`EMFILE after ${fds.length} fds, the highest ${highest}`);
+    return escaped(`${e.code} after fd ${highest} (limit ${LIMIT})`);
   } finally {
     for (const fd of fds) fs.closeSync(fd);
   }
