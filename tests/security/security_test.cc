@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -84,12 +85,19 @@ Attack load_attack(const std::string& name, Lang lang = Lang::kPython) {
   const std::regex expect_re("^" + c + " expect: (\\w+)(.*)$", std::regex::multiline);
   for (std::sregex_iterator it(body.begin(), body.end(), expect_re), end; it != end; ++it) {
     a.expect.insert((*it)[1]);
-    if ((*it)[1] == "limit") a.limits = words_of((*it)[2]);
+    if ((*it)[1] == "limit")
+      a.limits.merge(words_of((*it)[2]));
+    else if (!words_of((*it)[2]).empty())
+      throw std::runtime_error(name + ": `expect: " + (*it)[1].str() + "` takes no argument");
   }
   const std::regex denied_re("^" + c + " denied: (.*)$", std::regex::multiline);
   for (std::sregex_iterator it(body.begin(), body.end(), denied_re), end; it != end; ++it)
     a.denied.merge(words_of((*it)[1]));
-  // A misspelt word would silently turn its check off.
+  // A misspelt key or word would silently turn its check off.
+  static const std::set<std::string> kHeaderKeys = {"expect", "denied", "timeout", "needs", "profile"};
+  const std::regex key_re("^" + c + " ?(\\w+):", std::regex::multiline);
+  for (std::sregex_iterator it(body.begin(), body.end(), key_re), end; it != end; ++it)
+    if (!kHeaderKeys.contains((*it)[1])) throw std::runtime_error(name + ": unknown header " + (*it)[1].str());
   static const std::set<std::string> kExpectWords = {"killed", "limit", "no_process", "truncated"};
   for (const auto& word : a.expect)
     if (!kExpectWords.contains(word)) throw std::runtime_error(name + ": unknown expect word " + word);
@@ -369,14 +377,24 @@ void wait_for_fork_servers() {
 
 // The node's artifacts come in base64: decoded here (independently of
 // nsbox's encoder), so that the secret is found at any offset.
+// Anything but the standard alphabet and its padding throws: a skipped
+// character would shift the rest and hide the secret from the search.
 std::string decode_base64(const std::string& text) {
-  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const auto kValues = [] {
+    std::array<int, 256> values;
+    values.fill(-1);
+    const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < alphabet.size(); ++i) values[static_cast<unsigned char>(alphabet[i])] = static_cast<int>(i);
+    return values;
+  }();
+  const size_t data_end = text.find_last_not_of('=') + 1;
+  if (text.size() - data_end > 2) throw std::invalid_argument("base64: too much padding");
   std::string out;
   uint32_t bits = 0;
   int count = 0;
-  for (char c : text) {
-    size_t v = kAlphabet.find(c);
-    if (v == std::string::npos) continue;  // padding
+  for (size_t i = 0; i < data_end; ++i) {
+    int v = kValues[static_cast<unsigned char>(text[i])];
+    if (v < 0) throw std::invalid_argument("base64: byte " + std::to_string(i) + " is not in the alphabet");
     bits = (bits << 6) | static_cast<uint32_t>(v);
     if (++count == 4) {
       out += {static_cast<char>(bits >> 16), static_cast<char>(bits >> 8 & 0xff), static_cast<char>(bits & 0xff)};
@@ -423,8 +441,13 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   if (a.lang == Lang::kJavaScript && !forked && !o.pool.empty() && o.pool != "warm")
     o.mode_error = "not served warm (pool " + o.pool + ")";
   check_forked_flag(a, forked, o);
-  for (const auto& art : j.value("artifacts", json::array()))
-    o.artifact_contents.push_back(decode_base64(art.value("content_base64", "")));
+  for (const auto& art : j.value("artifacts", json::array())) {
+    try {
+      o.artifact_contents.push_back(decode_base64(art.value("content_base64", "")));
+    } catch (const std::invalid_argument& e) {
+      o.mode_error = "artifact " + art.value("name", "?") + ": " + e.what();
+    }
+  }
   return o;
 }
 
@@ -437,6 +460,8 @@ void check(const Attack& a, const Outcome& o) {
               << (o.verdict.is_null() ? "no verdict" : o.verdict.dump()) << ", limits_hit " << json(o.limits_hit).dump()
               << ", denied " << json(o.denied_syscalls).dump() << "\n";
   const bool stopped = o.verdict.is_object() && o.verdict.value("stopped", false);
+  // An attack that says it escaped has, however its run then ended.
+  if (o.verdict.is_object() && !stopped) ADD_FAILURE() << a.name << " escaped: " << o.verdict.value("detail", "");
   if (a.expect.count("killed")) {
     EXPECT_EQ(o.status, "killed") << "the attack should have been killed";
     // By the seccomp filter, not by a fault of its own (a kernel without
@@ -446,10 +471,9 @@ void check(const Attack& a, const Outcome& o) {
     // Ended by a limit: stopped (which one is checked below).
   } else if (a.expect.count("truncated") && o.stdout_truncated && !o.verdict.is_object()) {
     // The verdict line itself was cut by the cap.
-  } else {
-    EXPECT_TRUE(stopped) << a.name << ": "
-                         << (o.verdict.is_object() ? o.verdict.value("detail", "") : "status " + o.status);
-  }
+  } else if (!o.verdict.is_object()) {
+    ADD_FAILURE() << a.name << ": no verdict, status " << o.status;
+  }  // else the verdict says stopped, or its escape was reported above
   // Whether the run ended or the attack saw a refusal, it must have been
   // the limit meant to stop it: a bomb that dies of an unrelated fault, or
   // a spinner stopped by its own bug, proves nothing.
@@ -536,6 +560,8 @@ TEST(EscapeSuite, DecodesTheNodesBase64) {
   EXPECT_EQ(decode_base64("eGhvc3Qgc2VjcmV0"), "xhost secret");
   EXPECT_EQ(decode_base64("eHhob3N0IHNlY3JldA=="), "xxhost secret");
   EXPECT_EQ(decode_base64(""), "");
+  EXPECT_THROW(decode_base64("aGVs-G8="), std::invalid_argument);  // the URL-safe alphabet
+  EXPECT_THROW(decode_base64("aGVsbG8=\n"), std::invalid_argument);
 }
 
 TEST(EscapeSuite, HasAtLeastFiftyAttacks) { EXPECT_GE(attack_names().size(), 50u); }

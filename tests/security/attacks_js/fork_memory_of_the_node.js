@@ -3,7 +3,7 @@
 // harness's secret variable in the host environment, the node's bearer
 // tokens, the secret file's content. Each needle is matched in two halves,
 // so that its own pieces in this process (source text, buffers) never
-// match: this comment names none of them whole.
+// match (this comment names none of them whole).
 // Buffer.from puts small buffers one after the other in a shared pool:
 // the two halves would then lie side by side. Each gets its own allocation.
 function unpooled(text) {
