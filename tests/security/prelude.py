@@ -24,6 +24,9 @@ NR = {
     "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
     "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
     "io_uring_setup": 425, "clone3": 435, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "process_vm_writev": 311,
+    "swapoff": 168, "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
+    "quotactl": 179, "quotactl_fd": 443, "lookup_dcookie": 212, "uselib": 134, "vhangup": 153,
 }
 
 
@@ -61,16 +64,24 @@ def fails(what, fn, *args):
 
 
 def connect_error(family, addr, port, expected, timeout=3):
-    """None when a TCP connect to (addr, port) fails at once with errno
-    expected (ECONNREFUSED: nobody listens; ENETUNREACH: no route); else
-    what happened instead (a timeout means the packets went somewhere)."""
-    s = socket.socket(family)
+    """None when a TCP connect to (addr, port) fails at once (under 1 s) with
+    errno expected (ECONNREFUSED: nobody listens; ENETUNREACH: no route);
+    else what happened instead (a timeout, or a late answer, means the
+    packets went somewhere)."""
+    start = time.monotonic()
+    try:
+        s = socket.socket(family)
+    except OSError as e:
+        return f"precondition: no {family.name} socket: {e!r}"
     s.settimeout(timeout)
     try:
         s.connect((addr, port))
         return f"connected to {addr}:{port}"
     except OSError as e:
-        return None if e.errno == expected else f"{addr}:{port}: {e!r}, not {errno.errorcode[expected]}"
+        took = time.monotonic() - start
+        if e.errno != expected:
+            return f"{addr}:{port}: {e!r}, not {errno.errorcode[expected]}"
+        return None if took < 1.0 else f"{addr}:{port}: {errno.errorcode[expected]} only after {took:.1f} s"
     finally:
         s.close()
 

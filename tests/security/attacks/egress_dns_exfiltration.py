@@ -22,8 +22,9 @@ def main(args):
     try:
         s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00", ("192.0.2.53", 53))
         return escaped("a UDP datagram left for an outside resolver")
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno != errno.ENETUNREACH:
+            return escaped(f"a datagram to an outside resolver failed with {e!r}, not for want of a route")
     finally:
         s.close()
     return stopped("names refused before any lookup; no resolver and no route inside")

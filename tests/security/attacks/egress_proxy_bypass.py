@@ -3,19 +3,13 @@
 its listening socket, or confuse its parsers into forwarding to loopback."""
 def main(args):
     port = args.params["host_port"]
-    for host in ("127.0.0.1", "10.0.0.1", "192.0.2.1"):
-        s = socket.socket()
-        s.settimeout(2)
-        try:
-            s.connect((host, port))
-            return escaped(f"connected directly to {host}:{port}")
-        except socket.timeout:
-            # Only lo exists here: a refusal or no route comes at once.
-            return escaped(f"connecting directly to {host}:{port} timed out: a route exists")
-        except OSError:
-            pass
-        finally:
-            s.close()
+    # Only lo exists here: the host's service is not on it, and nothing else
+    # is routed.
+    for addr, expected in (("127.0.0.1", errno.ECONNREFUSED), ("10.0.0.1", errno.ENETUNREACH),
+                           ("192.0.2.1", errno.ENETUNREACH)):
+        failure = connect_error(socket.AF_INET, addr, port, expected, timeout=2)
+        if failure:
+            return escaped("going around the proxy: " + failure)
     s = socket.socket()
     try:
         s.bind(("127.0.0.1", 3128))

@@ -68,9 +68,13 @@ def main(args):
     os.set_blocking(r, False)
     while rounds < 20 and time.monotonic() < deadline:
         try:
-            rounds += len(os.read(r, 64))
+            got = os.read(r, 64)
         except BlockingIOError:
             time.sleep(0.01)
+            continue
+        if not got:
+            return escaped(f"precondition: the swapper exited after {rounds} full rounds")
+        rounds += len(got)
     if rounds < 20:
         return escaped(f"precondition: the swapper made only {rounds} full rounds in 10 s")
     return stopped(f"swapper running ({rounds} full rounds); the harness checks no artifact holds the secret "

@@ -5,7 +5,7 @@ function main(args) {
   try {
     for (let i = 0; i < 1000000; ++i) fds.push(fs.openSync('/dev/null', 'r'));
   } catch (e) {
-    const highest = Math.max(-1, ...fds);
+    const highest = fds.reduce((a, b) => Math.max(a, b), -1);
     if (e.code === 'EMFILE' && highest < LIMIT) return stopped(`EMFILE after ${fds.length} fds, the highest ${highest}`);
     return escaped(`${e.code} after fd ${highest} (limit ${LIMIT})`);
   } finally {
