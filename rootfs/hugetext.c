@@ -90,8 +90,8 @@ static void* map_aligned(size_t size) {
 
 /* In the zygote: the bytes of code moved onto huge pages (0: none, the code
  * stays file-backed), or -1 with errno when a step failed. The copy is
- * checked to be all huge pages before it replaces the code; mremap moves
- * them as they are. */
+ * checked to be node's code byte for byte and all huge pages before it
+ * replaces the code; mremap moves them as they are. */
 long nsbox_code_on_huge_pages(void);
 long nsbox_code_on_huge_pages(void) {
   uintptr_t from, to;
@@ -105,7 +105,12 @@ long nsbox_code_on_huge_pages(void) {
   /* madvise fails with EINVAL on a kernel without THP: nothing to gain. */
   if (madvise(copy, size, MADV_HUGEPAGE) == 0) {
     memcpy(copy, (const void*)start, size);
-    if (huge_bytes_at((uintptr_t)copy) == (long)size) {
+    /* Checked byte for byte (a few ms, once per zygote): code that differs
+     * from node's would run in every forked run. */
+    if (memcmp(copy, (const void*)start, size) != 0) {
+      errno = EIO;
+      moved = -1;
+    } else if (huge_bytes_at((uintptr_t)copy) == (long)size) {
       if (mprotect(copy, size, PROT_READ | PROT_EXEC) < 0) moved = -1;
       /* Atomic for the other threads: the old mapping is replaced whole. */
       else if (mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void*)start) == MAP_FAILED)
