@@ -27,6 +27,7 @@
 
 #include "../integration/fixture.h"
 #include "../integration/node_process.h"
+#include "nsbox/seccomp.h"
 
 namespace nsbox::testing {
 namespace {
@@ -591,6 +592,24 @@ TEST_P(JsEscape, StoppedInARunOfTheForkServer) {
 
 INSTANTIATE_TEST_SUITE_P(JsAttacks, JsEscape, ::testing::ValuesIn(attack_names(Lang::kJavaScript)),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+// Every call the default filter refuses with EPERM (a refusal the kernel
+// would often give anyway) is made by some attack that requires the filter
+// to have counted it: a rule added without an attack fails here.
+TEST(EscapeSuite, EveryCallTheFilterRefusesWithEpermIsAttackedAndCounted) {
+  std::set<std::string> counted;
+  for (const auto& name : attack_names()) counted.merge(load_attack(name).denied);
+  for (const auto& name : attack_names(Lang::kJavaScript)) counted.merge(load_attack(name, Lang::kJavaScript).denied);
+  size_t rules = 0;
+  const auto policy = nsbox::SeccompProgram::default_policy();
+  for (const auto& rule : policy.rules()) {
+    if (rule.action != "EPERM") continue;
+    ++rules;
+    EXPECT_TRUE(counted.contains(rule.syscall))
+        << rule.syscall << " (" << rule.condition << "): no attack's denied: names it";
+  }
+  EXPECT_GE(rules, 40u) << "the default policy's EPERM rules were not found";
+}
 
 TEST(EscapeSuite, HasAtLeastTwentyJavaScriptAttacks) { EXPECT_GE(attack_names(Lang::kJavaScript).size(), 20u); }
 
