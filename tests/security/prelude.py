@@ -64,7 +64,7 @@ def fails(what, fn, *args):
 
 
 def connect_error(family, addr, port, expected, timeout=3):
-    """None when a TCP connect to (addr, port) fails at once (under 1 s) with
+    """None when a TCP connect to (addr, port) fails at once (under 2 s) with
     errno expected (ECONNREFUSED: nobody listens; ENETUNREACH: no route);
     else what happened instead (a timeout, or a late answer, means the
     packets went somewhere)."""
@@ -81,7 +81,7 @@ def connect_error(family, addr, port, expected, timeout=3):
         took = time.monotonic() - start
         if e.errno != expected:
             return f"{addr}:{port}: {e!r}, not {errno.errorcode[expected]}"
-        return None if took < 1.0 else f"{addr}:{port}: {errno.errorcode[expected]} only after {took:.1f} s"
+        return None if took < 2.0 else f"{addr}:{port}: {errno.errorcode[expected]} only after {took:.1f} s"
     finally:
         s.close()
 

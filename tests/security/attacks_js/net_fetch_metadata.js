@@ -2,6 +2,9 @@
 // host's loopback service by URL.
 async function main(args) {
   const tried = [];
+  // fetch loads its implementation on first use (over 1 s under emulation):
+  // done first, untimed, so that the timings below are the network's.
+  await fetch('http://127.0.0.1:1/', { signal: AbortSignal.timeout(4000) }).catch(() => {});
   for (const url of ['http://169.254.169.254/latest/meta-data/', 'http://[fd00:ec2::254]/latest/meta-data/',
     'http://10.0.0.1/', 'http://8.8.8.8/', `http://127.0.0.1:${args.params.host_port}/`]) {
     const start = Date.now();
@@ -12,7 +15,7 @@ async function main(args) {
     if (r === 'TimeoutError' || r === 'AbortError') return escaped(`${url}: no refusal, a timeout (a route out exists?)`);
     const expected = url.includes('127.0.0.1') ? 'ECONNREFUSED' : 'ENETUNREACH';
     if (r !== expected) return escaped(`${url}: ${r}, not ${expected}`);
-    if (Date.now() - start > 1000) return escaped(`${url}: ${r} only after ${Date.now() - start} ms`);
+    if (Date.now() - start > 2000) return escaped(`${url}: ${r} only after ${Date.now() - start} ms`);
     tried.push(`${url}: ${r}`);
   }
   return stopped(tried.join(', '));
