@@ -186,6 +186,30 @@ void nsbox_set_cmdline(const char* text, size_t len) {
   memcpy((void*)start, text, len < room ? len : room - 1);
 }
 
+/* The run's user namespace's quotas (userns.cc says why), through the
+ * zygote's /proc, which acts on this process's own namespace: the run's
+ * fresh one, in which it holds every capability. A file the kernel lacks
+ * is a feature it lacks, with nothing to bound. */
+static void set_user_ns_quotas(const struct nsbox_run* run) {
+  int dir = open("/proc/sys/user", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) fail(run, "set user namespace quota", "/proc/sys/user", errno);
+  for (int i = 0; i < run->quota_count; ++i) {
+    const struct nsbox_quota* q = &run->quotas[i];
+    if (!q->name || !*q->name || strchr(q->name, '/')) fail(run, "set user namespace quota", "(a bad name)", EINVAL);
+    int fd = openat(dir, q->name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;
+      fail(run, "set user namespace quota", q->name, errno);
+    }
+    char value[24];
+    int len = snprintf(value, sizeof value, "%llu", q->value);
+    ssize_t written = write(fd, value, (size_t)len);
+    if (written != len) fail(run, "set user namespace quota", q->name, written < 0 ? errno : EIO);
+    close(fd);
+  }
+  close(dir);
+}
+
 /* What one run may write or see of other runs is made fresh for it; the
  * rest (rootfs, binds, masks outside /proc) comes from the zygote's mount
  * namespace, locked: this user namespace cannot unmount or change it. */
@@ -322,6 +346,7 @@ static int run_init(void* arg) {
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGCHLD, &dfl, NULL);  // the zygote ignores it; the run gets the default
   enter_run_namespaces(run);
+  set_user_ns_quotas(run);
   build_mounts(run);
   bring_up_loopback(run);
   if (sethostname(run->hostname, strlen(run->hostname)) < 0) fail(run, "sethostname", run->hostname, errno);

@@ -37,6 +37,13 @@ struct nsbox_rlimit {
   unsigned long long hard;
 };
 
+/* A quota of the run's user namespace: a file of /proc/sys/user
+ * (userns.h's UserNsQuota). */
+struct nsbox_quota {
+  const char* name;
+  unsigned long long value;
+};
+
 struct nsbox_run {
   int fds[FD_COUNT];
   int control_fd;
@@ -48,6 +55,8 @@ struct nsbox_run {
   const char* hostname;
   const struct nsbox_rlimit* rlimits;
   int rlimit_count;
+  const struct nsbox_quota* quotas;
+  int quota_count;
 };
 
 /* In the zygote: clones the run's PID 1, which shares the zygote's memory

@@ -252,6 +252,8 @@ struct plan_memory {
   struct nsbox_mount* mounts;
   uint32_t mount_count;
   struct nsbox_rlimit* rlimits;
+  struct nsbox_quota* quotas;
+  uint32_t quota_count;
   char* workspace_out;
   char* hostname;
 };
@@ -265,6 +267,8 @@ static void free_plan(struct plan_memory* m) {
   }
   free(m->mounts);
   free(m->rlimits);
+  for (uint32_t i = 0; m->quotas && i < m->quota_count; ++i) free((char*)m->quotas[i].name);
+  free(m->quotas);
   free(m->workspace_out);
   free(m->hostname);
 }
@@ -298,6 +302,20 @@ static int read_rlimit(napi_env env, napi_value entry, struct nsbox_rlimit* r) {
   r->resource = (int)value[0];
   r->soft = (unsigned long long)value[1];
   r->hard = (unsigned long long)value[2];
+  return 1;
+}
+
+/* One quota of the run's user namespace: [name, value]. */
+static int read_quota(napi_env env, napi_value entry, struct nsbox_quota* q) {
+  napi_value v;
+  int64_t value;
+  if (!get_element(env, entry, 0, &v) || !get_string(env, v, (char**)&q->name)) return 0;
+  if (!get_element(env, entry, 1, &v) || !get_int64(env, v, &value)) return 0;
+  if (!q->name || value < 0) {
+    napi_throw_type_error(env, NULL, "forkinit.node: a quota needs a name and a value of 0 or more");
+    return 0;
+  }
+  q->value = (unsigned long long)value;
   return 1;
 }
 
@@ -337,6 +355,15 @@ static int read_plan(napi_env env, napi_value plan, struct nsbox_run* run, struc
     if (!get_element(env, v, i, &entry) || !read_rlimit(env, entry, &m->rlimits[i])) return 0;
   run->rlimits = m->rlimits;
   run->rlimit_count = (int)count;
+  if (napi_get_named_property(env, plan, "quotas", &v) != napi_ok || !get_length(env, v, &count)) return 0;
+  m->quotas = calloc(count ? count : 1, sizeof *m->quotas);
+  if (!m->quotas) return 0;
+  for (uint32_t i = 0; i < count; ++i) {
+    m->quota_count = i + 1;
+    if (!get_element(env, v, i, &entry) || !read_quota(env, entry, &m->quotas[i])) return 0;
+  }
+  run->quotas = m->quotas;
+  run->quota_count = (int)count;
   if (napi_get_named_property(env, plan, "workspaceOut", &v) != napi_ok || !get_string(env, v, &m->workspace_out))
     return 0;
   run->workspace_out = m->workspace_out;

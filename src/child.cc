@@ -291,6 +291,9 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   pollfd sync_poll{c.sync_fd, POLLIN, 0};
   if (::poll(&sync_poll, 1, 0) > 0 && (sync_poll.revents & (POLLHUP | POLLERR))) ::_exit(kSetupFailedExit);
   hide_supervisor_cmdline(c);
+  // Through the host's /proc, before the sandbox's own (which masks /proc/sys).
+  const char* quota = nullptr;
+  if (int err = write_user_ns_quotas(c.quotas, c.quota_count, &quota)) fail(c, "set user namespace quota", quota, err);
 
   const char* object = nullptr;
   if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);

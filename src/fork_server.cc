@@ -9,6 +9,7 @@
 
 #include "nsbox/digest.h"
 #include "nsbox/mounts.h"
+#include "nsbox/userns.h"
 
 namespace nsbox {
 
@@ -88,6 +89,9 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   // -1 is RLIM_INFINITY, as Python's resource module spells it.
   auto value = [](rlim_t v) { return v == RLIM_INFINITY ? json(-1) : json(static_cast<uint64_t>(v)); };
   for (const auto& r : rlimits) limits.push_back({r.resource, value(r.value.rlim_cur), value(r.value.rlim_max)});
+  json quotas = json::array();
+  for (const auto& q : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches))
+    quotas.push_back({q.name, q.value});
   json env = json::array();
   for (const auto& [k, v] : spec.env) env.push_back({k, v});
   const sock_fprog* prog = program.program();
@@ -99,6 +103,7 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
       {"proc_mask_files", std::move(files)},
       {"proc_mask_dirs", std::move(dirs)},
       {"rlimits", std::move(limits)},
+      {"quotas", std::move(quotas)},
       {"cwd", spec.cwd},
       {"env", std::move(env)},
       {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},

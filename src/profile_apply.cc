@@ -37,6 +37,8 @@ RunSpec spec_from_profile(const Profile& p) {
   l.stderr_bytes = p.limits.stderr_bytes;
   l.open_files = p.limits.open_files;
   l.file_size = p.limits.file_size;
+  l.inotify_instances = p.limits.inotify_instances;
+  l.inotify_watches = p.limits.inotify_watches;
   l.best_effort = p.limits.enforcement == Enforcement::kBestEffort;
 
   for (const auto& m : p.mounts) spec.binds.push_back({m.source, m.target, m.mode == MountMode::kReadOnly, m.noexec});

@@ -62,7 +62,7 @@ const profile_yaml::Schema& schema() {
       {"", {"name", "extends", "limits", "filesystem", "env", "seccomp", "network", "user", "fork_server"}},
       {"limits",
        {"wall_time", "cpu_time", "memory", "pids", "cpus", "tmpfs", "stdout", "stderr", "open_files", "file_size",
-        "enforcement"}},
+        "inotify_instances", "inotify_watches", "enforcement"}},
       {"filesystem", {"rootfs", "mounts", "tmpfs", "mask", "workspace"}},
       {"filesystem.mounts[]", {"source", "target", "mode", "noexec"}},
       {"filesystem.tmpfs[]", {"path", "size"}},
@@ -153,6 +153,8 @@ void apply_limits(const Field& f, ProfileLimits& l) {
                  {"stderr", [&](const Field& v) { l.stderr_bytes = v.size(0, kMaxOutput); }},
                  {"open_files", [&](const Field& v) { l.open_files = v.integer(16, 1048576); }},
                  {"file_size", [&](const Field& v) { l.file_size = v.size(0, kTiB); }},
+                 {"inotify_instances", [&](const Field& v) { l.inotify_instances = v.integer(0, 65536); }},
+                 {"inotify_watches", [&](const Field& v) { l.inotify_watches = v.integer(0, 1048576); }},
                  {"enforcement",
                   [&](const Field& v) {
                     std::string s = v.string();
@@ -683,6 +685,8 @@ void emit_limits(YAML::Emitter& out, const ProfileLimits& l) {
   out << YAML::Key << "stderr" << YAML::Value << format_size(l.stderr_bytes);
   out << YAML::Key << "open_files" << YAML::Value << l.open_files;
   out << YAML::Key << "file_size" << YAML::Value << format_size(l.file_size);
+  out << YAML::Key << "inotify_instances" << YAML::Value << l.inotify_instances;
+  out << YAML::Key << "inotify_watches" << YAML::Value << l.inotify_watches;
   out << YAML::Key << "enforcement" << YAML::Value
       << (l.enforcement == Enforcement::kStrict ? "strict" : "best-effort");
   out << YAML::EndMap;

@@ -35,6 +35,7 @@
 #include "nsbox/mounts.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/unique_fd.h"
+#include "nsbox/userns.h"
 #include "nsbox/workspace.h"
 
 namespace nsbox {
@@ -783,6 +784,12 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     for (const auto& extra :
          standin_rlimits(spec.limits, unenforced, spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
       rlimits.push_back(extra);
+    // A fork server makes its runs' user namespaces (nested in its own,
+    // which must allow them) and each run's PID 1 bounds its own.
+    const std::vector<UserNsQuota> quotas =
+        spec.seccomp.kind == SeccompChoice::kForkServer
+            ? std::vector<UserNsQuota>{}
+            : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
 
     st->sync = Pipe::create();
     Pipe& sync = st->sync;
@@ -855,6 +862,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
         .gid = spec.sandbox_gid,
         .rlimits = rlimits.data(),
         .rlimit_count = rlimits.size(),
+        .quotas = quotas.data(),
+        .quota_count = quotas.size(),
         .caps = &caps_,
         .seccomp = program.program(),
         .notify_sock = program.notifies() ? notify_send.get() : -1,

@@ -80,4 +80,47 @@ void write_id_maps(pid_t pid, uid_t inside_uid, gid_t inside_gid, const HostIds&
   write_proc_file(dir + "gid_map", id_map_line(inside_gid, host.gid));
 }
 
+std::vector<UserNsQuota> user_ns_quotas(uint64_t inotify_instances, uint64_t inotify_watches) {
+  return {
+      {"max_inotify_instances", inotify_instances},
+      {"max_inotify_watches", inotify_watches},
+      // Unprivileged fanotify (5.13 on) has no use in a run.
+      {"max_fanotify_groups", 0},
+      {"max_fanotify_marks", 0},
+      // Under seccomp's namespace rules, a kernel bound of its own: a nested
+      // user namespace is the way to capabilities the run does not have.
+      {"max_user_namespaces", 0},
+  };
+}
+
+int write_user_ns_quotas(const UserNsQuota* quotas, size_t count, const char** failed) noexcept {
+  if (count == 0) return 0;
+  *failed = "/proc/sys/user";
+  // Without the directory nothing could be bounded: that is a failure.
+  const int dir = ::open("/proc/sys/user", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return errno;
+  int err = 0;
+  for (size_t i = 0; i < count && err == 0; ++i) {
+    *failed = quotas[i].name;
+    const int fd = ::openat(dir, quotas[i].name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      if (errno != ENOENT) err = errno;
+      continue;
+    }
+    char digits[24];
+    size_t len = 0;
+    uint64_t v = quotas[i].value;
+    do digits[sizeof digits - 1 - len++] = static_cast<char>('0' + v % 10);
+    while ((v /= 10) != 0);
+    const ssize_t n = ::write(fd, digits + sizeof digits - len, len);
+    if (n < 0)
+      err = errno;
+    else if (static_cast<size_t>(n) != len)
+      err = EIO;
+    ::close(fd);
+  }
+  ::close(dir);
+  return err;
+}
+
 }  // namespace nsbox

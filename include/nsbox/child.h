@@ -11,6 +11,7 @@
 #include "nsbox/caps.h"
 #include "nsbox/mounts.h"
 #include "nsbox/rlimits.h"
+#include "nsbox/userns.h"
 
 namespace nsbox {
 
@@ -42,6 +43,10 @@ struct ChildConfig {
   gid_t gid;
   const RlimitSetting* rlimits;
   size_t rlimit_count;
+  // Written in the sandbox's user namespace by PID 1 while it still holds
+  // capabilities there; none for a fork server (whose runs set their own).
+  const UserNsQuota* quotas;
+  size_t quota_count;
   const CapabilityDrop* caps;
   const sock_fprog* seccomp;
   // Write end of a SOCK_SEQPACKET pair: the workload sends the seccomp

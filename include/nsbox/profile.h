@@ -83,6 +83,8 @@ struct ProfileLimits {
   uint64_t stderr_bytes = 1ull << 20;
   uint64_t open_files = 256;
   uint64_t file_size = 64ull << 20;
+  uint64_t inotify_instances = 8;  // of the user namespace; charged to host root
+  uint64_t inotify_watches = 8192;
   Enforcement enforcement = Enforcement::kStrict;
 
   bool operator==(const ProfileLimits&) const = default;

@@ -23,8 +23,12 @@ struct Limits {
   uint64_t tmpfs_bytes = 64ull << 20;      // size cap of /tmp
   uint64_t stdout_bytes = 1ull << 20;      // capture caps (--json)
   uint64_t stderr_bytes = 1ull << 20;
-  uint64_t open_files = 1024;             // RLIMIT_NOFILE
-  uint64_t file_size = 256ull << 20;      // RLIMIT_FSIZE
+  uint64_t open_files = 1024;         // RLIMIT_NOFILE
+  uint64_t file_size = 256ull << 20;  // RLIMIT_FSIZE
+  // Quotas of the run's user namespace (UserNsQuota): inotify instances and
+  // watches its processes may hold, out of their maker's.
+  uint64_t inotify_instances = 8;
+  uint64_t inotify_watches = 8192;
   CgroupLimits cgroup;                    // memory, pids, cpus (cgroup controllers)
   std::chrono::milliseconds cpu_time{0};  // CPU time of the whole run; 0: none
   // Run even when the host cannot enforce a limit, with rlimits standing in

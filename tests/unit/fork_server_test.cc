@@ -83,6 +83,12 @@ TEST(ForkServer, EachRunIsToldItsFreshMountsMasksLimitsAndFilter) {
   EXPECT_EQ(j["proc_mask_files"].dump().find("/sys/firmware"), std::string::npos);
   EXPECT_EQ(j["rlimits"][0], nlohmann::json({RLIMIT_NOFILE, 256, 256}));
   EXPECT_EQ(j["rlimits"][2], nlohmann::json({RLIMIT_STACK, -1, -1})) << "Python's RLIM_INFINITY";
+  using array = nlohmann::json::array_t;
+  EXPECT_EQ(j["quotas"], nlohmann::json(array{{"max_inotify_instances", 8},
+                                              {"max_inotify_watches", 8192},
+                                              {"max_fanotify_groups", 0},
+                                              {"max_fanotify_marks", 0},
+                                              {"max_user_namespaces", 0}}));
   EXPECT_EQ(j["seccomp"].get<std::string>().size(), program.instruction_count() * sizeof(sock_filter) * 2);
   EXPECT_EQ(j["notify"], true);
   EXPECT_EQ(j["hostname"], run.hostname);

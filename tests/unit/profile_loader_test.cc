@@ -205,6 +205,8 @@ TEST(ShippedProfiles, DefaultHasTheDocumentedValues) {
   EXPECT_EQ(p.limits.stderr_bytes, 1ull << 20);
   EXPECT_EQ(p.limits.open_files, 256u);
   EXPECT_EQ(p.limits.file_size, 64ull << 20);
+  EXPECT_EQ(p.limits.inotify_instances, 8u);
+  EXPECT_EQ(p.limits.inotify_watches, 8192u);
   EXPECT_EQ(p.seccomp, "default");
   EXPECT_EQ(p.env.at("LANG"), "C.UTF-8");
   EXPECT_EQ(p.env.at("PYTHONDONTWRITEBYTECODE"), "1");
@@ -281,6 +283,8 @@ limits:
   stderr: 12345B
   open_files: 1000
   file_size: 1TiB
+  inotify_instances: 0
+  inotify_watches: 1048576
   enforcement: best-effort
 filesystem:
   rootfs: /var/lib/nsbox/rootfs/custom
@@ -307,6 +311,8 @@ user: {uid: 1000, gid: 1001}
 )",
                                 "everything.yaml", ProfileSearch{});
   EXPECT_EQ(p.limits.cpus, 0.33);
+  EXPECT_EQ(p.limits.inotify_instances, 0u);
+  EXPECT_EQ(p.limits.inotify_watches, 1048576u);
   EXPECT_EQ(p.limits.enforcement, Enforcement::kBestEffort);
   EXPECT_EQ(p.tmpfs,
             (std::vector<ProfileTmpfs>{{"/home/sandbox", 3ull << 20}, {"/tmp", 5ull << 20}, {"/cache", 1ull << 30}}));
@@ -424,11 +430,34 @@ TEST(Extends, NetworkAllowIsReplacedAndModeNoneRevokesIt) {
 TEST(RoundTrip, PrintsEveryKeyInSchemaOrder) {
   std::string yaml = to_yaml(load_profile("default", repo_search()));
   size_t last = 0;
-  for (const char* key :
-       {"name:",    "limits:", "wall_time:", "cpu_time:",   "memory:",    "pids:",        "cpus:",
-        "tmpfs:",   "stdout:", "stderr:",    "open_files:", "file_size:", "enforcement:", "filesystem:",
-        "rootfs:",  "mounts:", "tmpfs:",     "mask:",       "workspace:", "env:",         "seccomp:",
-        "network:", "mode:",   "user:",      "uid:",        "gid:"}) {
+  for (const char* key : {"name:",
+                          "limits:",
+                          "wall_time:",
+                          "cpu_time:",
+                          "memory:",
+                          "pids:",
+                          "cpus:",
+                          "tmpfs:",
+                          "stdout:",
+                          "stderr:",
+                          "open_files:",
+                          "file_size:",
+                          "inotify_instances:",
+                          "inotify_watches:",
+                          "enforcement:",
+                          "filesystem:",
+                          "rootfs:",
+                          "mounts:",
+                          "tmpfs:",
+                          "mask:",
+                          "workspace:",
+                          "env:",
+                          "seccomp:",
+                          "network:",
+                          "mode:",
+                          "user:",
+                          "uid:",
+                          "gid:"}) {
     size_t at = yaml.find(key, last);
     ASSERT_NE(at, std::string::npos) << key << " missing or out of order in\n" << yaml;
     last = at;

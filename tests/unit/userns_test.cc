@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 namespace nsbox {
@@ -18,6 +20,22 @@ TEST(SubId, FindsTheUsersFirstRange) {
 TEST(SubId, IgnoresMalformedAndZeroStarts) {
   unsigned long start = 0;
   EXPECT_FALSE(find_subid_start("nsbox:abc:10\nnsbox\nnsbox:0:5\n", "nsbox", &start));
+}
+
+TEST(UserNsQuotas, BoundInotifyByTheLimitsAndAllowNoFanotifyNorNestedUserNamespace) {
+  std::map<std::string, uint64_t> quotas;
+  for (const auto& q : user_ns_quotas(3, 500)) EXPECT_TRUE(quotas.emplace(q.name, q.value).second) << q.name;
+  EXPECT_EQ(quotas, (std::map<std::string, uint64_t>{{"max_inotify_instances", 3},
+                                                     {"max_inotify_watches", 500},
+                                                     {"max_fanotify_groups", 0},
+                                                     {"max_fanotify_marks", 0},
+                                                     {"max_user_namespaces", 0}}));
+}
+
+TEST(UserNsQuotas, NoneToWriteTouchesNothing) {
+  const char* failed = "unset";
+  EXPECT_EQ(write_user_ns_quotas(nullptr, 0, &failed), 0);
+  EXPECT_STREQ(failed, "unset");
 }
 
 TEST(IdMap, SingleLine) { EXPECT_EQ(id_map_line(65534, 1000), "65534 1000 1\n"); }

@@ -23,7 +23,7 @@ function main(args) {
   call('codeOnHugePages', () => f.codeOnHugePages());
   call('platformWithoutWorkers', () => f.platformWithoutWorkers());
   const plan = { fds: [3, 3, 3, 3, 3, 3, 3], controlFd: 3, uid: 0, gid: 0,
-    mounts: [['proc', '/', 'proc', 0, null, 0]], rlimits: [], workspaceOut: null, hostname: 'x' };
+    mounts: [['proc', '/', 'proc', 0, null, 0]], rlimits: [], quotas: [], workspaceOut: null, hostname: 'x' };
   let pid = -1;
   try {
     pid = f.forkRun(plan);

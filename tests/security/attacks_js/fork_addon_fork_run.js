@@ -7,7 +7,7 @@ function main(args) {
   const devnull = () => fs.openSync('/dev/null', 'r+');
   const plan = {
     fds: [devnull(), devnull(), devnull(), devnull(), devnull(), devnull(), devnull()],
-    controlFd: 3, uid: 65534, gid: 65534, mounts: [], rlimits: [], workspaceOut: null, hostname: 'mine',
+    controlFd: 3, uid: 65534, gid: 65534, mounts: [], rlimits: [], quotas: [], workspaceOut: null, hostname: 'mine',
   };
   let pid;
   try {

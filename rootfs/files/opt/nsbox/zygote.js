@@ -126,6 +126,7 @@ function runPlan(cfg, fds, uid, gid) {
     workspaceOut: ws ? `${ws.path}/out` : null,
     hostname: cfg.hostname,
     rlimits: cfg.rlimits, // [resource, soft, hard], -1 for unlimited
+    quotas: cfg.quotas, // [name, value]: the run's user namespace's (forkinit.c)
   };
 }
 

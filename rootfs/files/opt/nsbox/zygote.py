@@ -114,12 +114,17 @@ class _Rlimit(ctypes.Structure):
     _fields_ = [("resource", ctypes.c_int), ("soft", ctypes.c_ulonglong), ("hard", ctypes.c_ulonglong)]
 
 
+class _Quota(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_ulonglong)]
+
+
 class _Run(ctypes.Structure):
     """struct nsbox_run of forkinit.c."""
     _fields_ = [("fds", ctypes.c_int * FD_COUNT), ("control_fd", ctypes.c_int), ("uid", ctypes.c_uint),
                 ("gid", ctypes.c_uint), ("mounts", ctypes.POINTER(_Mount)), ("mount_count", ctypes.c_int),
                 ("workspace_out", ctypes.c_char_p), ("hostname", ctypes.c_char_p),
-                ("rlimits", ctypes.POINTER(_Rlimit)), ("rlimit_count", ctypes.c_int)]
+                ("rlimits", ctypes.POINTER(_Rlimit)), ("rlimit_count", ctypes.c_int),
+                ("quotas", ctypes.POINTER(_Quota)), ("quota_count", ctypes.c_int)]
 
 
 MOUNT_REQUIRED, MOUNT_OPTIONAL, MOUNT_MASK_FILE = 0, 1, 2
@@ -157,6 +162,8 @@ def _run_plan(cfg, fds, uid, gid):
     # Python's resource module spells RLIM_INFINITY -1: as unsigned, all ones.
     run.rlimits = (_Rlimit * len(cfg["rlimits"]))(*[_Rlimit(r, s, h) for r, s, h in cfg["rlimits"]])
     run.rlimit_count = len(cfg["rlimits"])
+    run.quotas = (_Quota * len(cfg["quotas"]))(*[_Quota(n.encode(), v) for n, v in cfg["quotas"]])
+    run.quota_count = len(cfg["quotas"])
     return run
 
 

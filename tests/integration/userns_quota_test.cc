@@ -1,0 +1,201 @@
+// The quotas of each run's user namespace (userns.h, UserNsQuota): what a
+// run can hold of the per-user kernel objects charged to the user that made
+// its namespace, host root, and that it can make no nested user namespace,
+// in runs started from nothing and in forked ones alike. Each behaviour test
+// would pass the host's quotas (128 instances, far more watches) without
+// them.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include "fixture.h"
+#include "nsbox/profile_apply.h"
+#include "nsbox/profile_loader.h"
+#include "nsbox/unique_fd.h"
+
+namespace nsbox::testing {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+RunSpec default_exec_spec(Language language) {
+  RunSpec spec = exec_spec(spec_from_profile(load_profile("default", ProfileSearch{})), language);
+  spec.rootfs = test_rootfs();
+  return spec;
+}
+
+// Runs code once started from nothing and once forked from a fork server
+// of spec; both must succeed. Returns their values, started first.
+std::pair<ordered_json, ordered_json> run_started_and_forked(const RunSpec& spec, Language language,
+                                                             const std::string& code) {
+  const ExecRequest request{language, code, {}};
+  const ExecOutcome started = run_exec(launcher(), spec, request);
+  EXPECT_EQ(started.status, "ok") << started.error.value_or("") << started.run.stderr_data << started.run.error;
+
+  int pair[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd requests(pair[0]), theirs(pair[1]);
+  std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(spec, theirs.get()));
+  theirs.reset();
+  EXPECT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
+  std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec, requests.get());
+  const ExecOutcome forked = finish_exec(*run, spec, request);
+  EXPECT_EQ(forked.status, "ok") << forked.error.value_or("") << forked.run.stderr_data << forked.run.error;
+  requests.reset();
+  zygote->finish(std::nullopt, std::chrono::milliseconds(1));
+  return {started.return_value, forked.return_value};
+}
+
+// inotify_init1 until it fails, then watches on files of /tmp until that
+// fails, then fanotify_init as an unprivileged process may call it (kernels
+// from 5.13 on allow that; Debian 12's is 6.1).
+const char* const kHoldInotify = R"(import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def main(args):
+    fds = []
+    while len(fds) < 200 and (fd := libc.inotify_init1(0)) >= 0:
+        fds.append(fd)
+    instances = [len(fds), ctypes.get_errno()]
+    for i in range(40):
+        open('/tmp/w%d' % i, 'w').close()
+    watches = 0
+    while watches < 40 and libc.inotify_add_watch(fds[0], b'/tmp/w%d' % watches, 0x100) >= 0:
+        watches += 1
+    FAN_CLASS_NOTIF, FAN_REPORT_FID = 0, 0x200
+    return [instances, [watches, ctypes.get_errno()],
+            [libc.fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_FID, 0), ctypes.get_errno()]]
+)";
+
+TEST(UserNsQuotas, ARunHoldsTheInotifyItsLimitsAllowAndNoFanotifyGroup) {
+  RunSpec spec = default_exec_spec(Language::kPython);
+  spec.limits.inotify_instances = 3;
+  spec.limits.inotify_watches = 5;
+  // Without the quotas, 200 instances would stop at the host's 128 at most,
+  // and 40 watches and a group would be had.
+  const ordered_json expected = {{3, EMFILE}, {5, ENOSPC}, {-1, EMFILE}};
+  auto [started, forked] = run_started_and_forked(spec, Language::kPython, kHoldInotify);
+  EXPECT_EQ(started, expected) << started.dump();
+  EXPECT_EQ(forked, expected) << forked.dump();
+}
+
+// A JavaScript run's watches (libuv's inotify, one instance per loop): the
+// forked one's quotas come through zygote.js and forkinit.node.
+const char* const kWatchFromNode = R"(const fs = require('fs');
+function main(args) {
+  const watchers = [];
+  try {
+    for (let i = 0; i < 40; ++i) {
+      fs.writeFileSync(`/tmp/w${i}`, '');
+      watchers.push(fs.watch(`/tmp/w${i}`));
+    }
+    return [watchers.length, 'none'];
+  } catch (e) {
+    return [watchers.length, e.code];
+  } finally {
+    for (const w of watchers) w.close();
+  }
+}
+)";
+
+TEST(UserNsQuotas, AJavaScriptRunHoldsTheWatchesItsLimitsAllow) {
+  RunSpec spec = default_exec_spec(Language::kJavaScript);
+  spec.limits.inotify_watches = 7;
+  const ordered_json expected = {7, "ENOSPC"};
+  auto [started, forked] = run_started_and_forked(spec, Language::kJavaScript, kWatchFromNode);
+  EXPECT_EQ(started, expected) << started.dump();
+  EXPECT_EQ(forked, expected) << forked.dump();
+}
+
+// The /proc/sys/user values of the user namespace pid is in, as a process
+// in it reads them (the files act on the reader's own namespace), "|"
+// between them: a forked child of this test joins it and reads them.
+const char* const kQuotaFiles[] = {"max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",
+                                   "max_fanotify_marks", "max_user_namespaces"};
+
+std::string quotas_of_user_ns_of(pid_t pid) {
+  UniqueFd ns(::open(("/proc/" + std::to_string(pid) + "/ns/user").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ns) return "";
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return "";
+  UniqueFd read_end(out[0]), write_end(out[1]);
+  const pid_t child = ::fork();
+  if (child == 0) {  // raw calls only: this process has other threads
+    if (::setns(ns.get(), CLONE_NEWUSER) != 0) ::_exit(1);
+    for (const char* name : kQuotaFiles) {
+      char path[64] = "/proc/sys/user/", value[32];
+      std::strcat(path, name);
+      const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+      const ssize_t n = fd < 0 ? 0 : ::read(fd, value, sizeof value);
+      if (n > 1 && ::write(write_end.get(), value, static_cast<size_t>(n) - 1) < 0) ::_exit(1);
+      if (::write(write_end.get(), "|", 1) < 0) ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  write_end.reset();
+  std::string text;
+  char buf[256];
+  for (ssize_t n; (n = ::read(read_end.get(), buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? text : "";
+}
+
+// Every sandbox PID 1 (nsbox-init) below this process and the quotas of its
+// user namespace, as seen every 20 ms until stopped.
+class PidOneWatch {
+ public:
+  PidOneWatch()
+      : thread_([this] {
+          while (!stop_) {
+            for (pid_t pid : descendants_with_cmdline(::getpid(), "nsbox-init")) {
+              if (seen_.count(pid)) continue;
+              std::string quotas = quotas_of_user_ns_of(pid);
+              if (!quotas.empty()) seen_[pid] = quotas;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  std::multiset<std::string> stop() {
+    stop_ = true;
+    thread_.join();
+    std::multiset<std::string> out;
+    for (const auto& [pid, quotas] : seen_) out.insert(quotas);
+    return out;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::map<pid_t, std::string> seen_;
+  std::thread thread_;
+};
+
+// Read from outside, as no run can (its /proc/sys is masked): a started
+// run's namespace and a forked run's have the quotas; the fork server's has
+// none, as it must make its runs' user namespaces.
+TEST(UserNsQuotas, EachRunsNamespaceHasThemAndTheForkServersHasNone) {
+  RunSpec spec = default_exec_spec(Language::kPython);
+  spec.limits.inotify_instances = 5;
+  spec.limits.inotify_watches = 300;
+  PidOneWatch watch;
+  auto [started, forked] = run_started_and_forked(spec, Language::kPython,
+                                                  "import time\ndef main(args):\n    time.sleep(1)\n    return 1\n");
+  const std::multiset<std::string> seen = watch.stop();
+  EXPECT_EQ(started, 1);
+  EXPECT_EQ(forked, 1);
+  const std::string runs = "5|300|0|0|0|";
+  const std::string unbounded = "2147483647|2147483647|2147483647|2147483647|2147483647|";
+  EXPECT_EQ(seen, (std::multiset<std::string>{runs, runs, unbounded})) << "the runs' and the fork server's";
+}
+
+}  // namespace
+}  // namespace nsbox::testing
