@@ -317,6 +317,9 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   // too (its setup needs none: the ids are already the sandbox's).
   if (int err = c.caps->clear_process_sets(&step)) fail(c, step, "sandbox init", err);
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail(c, "prctl", "PR_SET_NO_NEW_PRIVS", errno);
+  // The workload can queue signals to PID 1 too.
+  const char* rlimit = nullptr;
+  if (int err = apply_rlimits(c.init_rlimits, c.init_rlimit_count, &rlimit)) fail(c, "setrlimit", rlimit, err);
   pid_t workload = start_workload(c);
   if (workload < 0) fail(c, "clone", "workload", errno);
 

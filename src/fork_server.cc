@@ -120,6 +120,7 @@ size_t largest_fork_request_bytes(const RunSpec& spec) {
   if (spec.limits.cgroup.pids) missing.insert("pids");
   std::vector<RlimitSetting> rlimits = rlimits_for(spec.limits);
   for (const auto& extra : standin_rlimits(spec.limits, missing, false)) rlimits.push_back(extra);
+  for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);
   return 1 + fork_request(spec, rlimits, program).size();
 }
 

@@ -19,12 +19,23 @@ const char* resource_name(int resource) {
       return "RLIMIT_NPROC";
     case RLIMIT_DATA:
       return "RLIMIT_DATA";
+    case RLIMIT_MSGQUEUE:
+      return "RLIMIT_MSGQUEUE";
+    case RLIMIT_SIGPENDING:
+      return "RLIMIT_SIGPENDING";
     default:
       return "rlimit";
   }
 }
 
 }  // namespace
+
+std::vector<RlimitSetting> charged_rlimits() {
+  return {
+      {RLIMIT_MSGQUEUE, {0, 0}},
+      {RLIMIT_SIGPENDING, {kRunPendingSignals, kRunPendingSignals}},
+  };
+}
 
 std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
   return {

@@ -780,16 +780,19 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
     RunCgroup* cgroup = st->cgroup.get();
     st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
+    // A fork server makes its runs' user namespaces (nested in its own,
+    // which must allow them and not cap what they charge through it), and
+    // each run's PID 1 bounds its own: quotas, charged rlimits.
+    const bool makes_runs = spec.seccomp.kind == SeccompChoice::kForkServer;
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra :
          standin_rlimits(spec.limits, unenforced, spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
       rlimits.push_back(extra);
-    // A fork server makes its runs' user namespaces (nested in its own,
-    // which must allow them) and each run's PID 1 bounds its own.
+    const std::vector<RlimitSetting> init_rlimits = makes_runs ? std::vector<RlimitSetting>{} : charged_rlimits();
+    rlimits.insert(rlimits.end(), init_rlimits.begin(), init_rlimits.end());
     const std::vector<UserNsQuota> quotas =
-        spec.seccomp.kind == SeccompChoice::kForkServer
-            ? std::vector<UserNsQuota>{}
-            : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
+        makes_runs ? std::vector<UserNsQuota>{}
+                   : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
 
     st->sync = Pipe::create();
     Pipe& sync = st->sync;
@@ -862,6 +865,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
         .gid = spec.sandbox_gid,
         .rlimits = rlimits.data(),
         .rlimit_count = rlimits.size(),
+        .init_rlimits = init_rlimits.data(),
+        .init_rlimit_count = init_rlimits.size(),
         .quotas = quotas.data(),
         .quota_count = quotas.size(),
         .caps = &caps_,
@@ -1027,6 +1032,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
                      ENOTSUP);
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced, false)) rlimits.push_back(extra);
+    for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);  // PID 1's too (forkinit.c)
 
     Pipe errors = Pipe::create();
     Pipe reports = Pipe::create();

@@ -41,8 +41,10 @@ struct ChildConfig {
   const char* cwd;
   uid_t uid;
   gid_t gid;
-  const RlimitSetting* rlimits;
+  const RlimitSetting* rlimits;  // the workload's
   size_t rlimit_count;
+  const RlimitSetting* init_rlimits;  // PID 1's own (charged_rlimits())
+  size_t init_rlimit_count;
   // Written in the sandbox's user namespace by PID 1 while it still holds
   // capabilities there; none for a fork server (whose runs set their own).
   const UserNsQuota* quotas;

@@ -16,6 +16,22 @@ struct RlimitSetting {
   rlimit value;
 };
 
+// Queued signals a run may have pending at once. The kernel charges them,
+// like POSIX message queue bytes, to every user up the chain of user
+// namespaces, so to host root, and checks a recipient's total against the
+// recipient's own rlimit: left at root's (about 96 000 here), one run could
+// queue all of root's share, and root's programs would get EAGAIN from
+// sigqueue and timer_create until the run ended.
+inline constexpr rlim_t kRunPendingSignals = 1024;
+
+// The rlimits of what the kernel charges to host root (above): message
+// queue bytes 0 (POSIX message queues have no use in a run), pending
+// signals kRunPendingSignals. Every run's, and its PID 1's (the workload
+// can queue signals to it). Not a fork server's: the rlimit its process
+// has when it makes a run's user namespace caps what all its runs
+// together may have charged through it.
+std::vector<RlimitSetting> charged_rlimits();
+
 // core 0 (no dumps of sandbox memory), nofile, fsize from the limits.
 std::vector<RlimitSetting> rlimits_for(const Limits& limits);
 

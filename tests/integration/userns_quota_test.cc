@@ -1,7 +1,9 @@
-// The quotas of each run's user namespace (userns.h, UserNsQuota): what a
-// run can hold of the per-user kernel objects charged to the user that made
-// its namespace, host root, and that it can make no nested user namespace,
-// in runs started from nothing and in forked ones alike. Each behaviour test
+// The quotas of each run's user namespace (userns.h, UserNsQuota) and the
+// rlimits of what the kernel charges up the chain (rlimits.h,
+// charged_rlimits): what a run can hold of the per-user kernel objects
+// charged to the user that made its namespace, host root, and that it can
+// make no nested user namespace, in runs started from nothing and in forked
+// ones alike. Each behaviour test
 // would pass the host's quotas (128 instances, far more watches) without
 // them.
 #include <fcntl.h>
@@ -16,11 +18,13 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "fixture.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
+#include "nsbox/rlimits.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
@@ -151,14 +155,14 @@ std::string quotas_of_user_ns_of(pid_t pid) {
 }
 
 // Every sandbox PID 1 (nsbox-init) below this process and the quotas of its
-// user namespace, as seen every 20 ms until stopped.
+// user namespace, as last seen (polled every 20 ms) until stopped.
 class PidOneWatch {
  public:
   PidOneWatch()
       : thread_([this] {
           while (!stop_) {
+            // The last values each shows: PID 1 is named before it sets them.
             for (pid_t pid : descendants_with_cmdline(::getpid(), "nsbox-init")) {
-              if (seen_.count(pid)) continue;
               std::string quotas = quotas_of_user_ns_of(pid);
               if (!quotas.empty()) seen_[pid] = quotas;
             }
@@ -195,6 +199,51 @@ TEST(UserNsQuotas, EachRunsNamespaceHasThemAndTheForkServersHasNone) {
   const std::string runs = "5|300|0|0|0|";
   const std::string unbounded = "2147483647|2147483647|2147483647|2147483647|2147483647|";
   EXPECT_EQ(seen, (std::multiset<std::string>{runs, runs, unbounded})) << "the runs' and the fork server's";
+}
+
+// A field of /proc/PID/limits: "soft hard".
+std::string limit_of(pid_t pid, const std::string& name) {
+  std::istringstream in(slurp("/proc/" + std::to_string(pid) + "/limits"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    std::istringstream fields(line.substr(name.size()));
+    std::string soft, hard;
+    fields >> soft >> hard;
+    return soft + " " + hard;
+  }
+  return "";
+}
+
+// What a run's user namespace may charge through its fork server's is
+// capped by the fork server's own rlimits when it made that namespace: at
+// a run's low limits, all its runs together would share one run's
+// pending signals. It keeps the host's; each run's PID 1 sets the run's.
+TEST(UserNsQuotas, AForkServerKeepsTheHostsChargedLimitsWhichItsRunsLower) {
+  const RunSpec spec = default_exec_spec(Language::kPython);
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd requests(pair[0]), theirs(pair[1]);
+  std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(spec, theirs.get()));
+  theirs.reset();
+  ASSERT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
+  const std::vector<pid_t> servers = descendants_with_cmdline(::getpid(), kForkServerScript);
+  ASSERT_EQ(servers.size(), 1u);
+  const pid_t self = ::getpid();
+  EXPECT_EQ(limit_of(servers[0], "Max pending signals"), limit_of(self, "Max pending signals"));
+  EXPECT_EQ(limit_of(servers[0], "Max msgqueue size"), limit_of(self, "Max msgqueue size"));
+  std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec, requests.get());
+  const ExecOutcome out =
+      finish_exec(*run, spec,
+                  ExecRequest{Language::kPython,
+                              "def main(args):\n    return [l.split()[3:5] for l in open('/proc/self/limits')\n"
+                              "            if l.startswith(('Max pending signals', 'Max msgqueue size'))]\n",
+                              {}});
+  EXPECT_EQ(out.status, "ok") << out.error.value_or("") << out.run.stderr_data;
+  const std::string pending = std::to_string(kRunPendingSignals);
+  EXPECT_EQ(out.return_value,
+            ordered_json::array({ordered_json::array({pending, pending}), ordered_json::array({"0", "0"})}));
+  requests.reset();
+  zygote->finish(std::nullopt, std::chrono::milliseconds(1));
 }
 
 }  // namespace

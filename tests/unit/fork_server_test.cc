@@ -107,6 +107,14 @@ TEST(ForkServer, TheLargestRequestIsMeasuredWithItsFilterAndStandIns) {
   const size_t without_standins = 1 + fork_request(run, rlimits, program).size();
   rlimits.push_back({RLIMIT_DATA, {64 << 20, 64 << 20}});
   rlimits.push_back({RLIMIT_NPROC, {64, 64}});
+  // And what the kernel charges to host root, which each run bounds itself.
+  const std::vector<RlimitSetting> charged = charged_rlimits();
+  ASSERT_EQ(charged.size(), 2u);
+  EXPECT_EQ(charged[0].resource, RLIMIT_MSGQUEUE);
+  EXPECT_EQ(charged[0].value.rlim_max, 0u);
+  EXPECT_EQ(charged[1].resource, RLIMIT_SIGPENDING);
+  EXPECT_EQ(charged[1].value.rlim_max, kRunPendingSignals);
+  rlimits.insert(rlimits.end(), charged.begin(), charged.end());
   EXPECT_EQ(largest_fork_request_bytes(run), 1 + fork_request(run, rlimits, program).size());
   EXPECT_GT(largest_fork_request_bytes(run), without_standins);
   run.seccomp = {SeccompChoice::kStrict, {}};
