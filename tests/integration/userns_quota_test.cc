@@ -38,6 +38,33 @@ RunSpec default_exec_spec(Language language) {
   return spec;
 }
 
+// A fork server of spec, ready for requests, ended when this goes.
+class ForkServerOf {
+ public:
+  explicit ForkServerOf(const RunSpec& spec) : spec_(spec) {
+    int pair[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
+    requests_.reset(pair[0]);
+    UniqueFd theirs(pair[1]);
+    zygote_ = launcher().prepare(fork_server_spec(spec, theirs.get()));
+    theirs.reset();
+    EXPECT_TRUE(zygote_->wait_for_fork_requests(kForkServerStartTimeout, -1));
+  }
+  ~ForkServerOf() {
+    requests_.reset();
+    zygote_->finish(std::nullopt, std::chrono::milliseconds(1));
+  }
+  ExecOutcome run(const ExecRequest& request) const {
+    std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec_, requests_.get());
+    return finish_exec(*run, spec_, request);
+  }
+
+ private:
+  RunSpec spec_;
+  UniqueFd requests_;
+  std::unique_ptr<PreparedRun> zygote_;
+};
+
 // Runs code once started from nothing and once forked from a fork server
 // of spec; both must succeed. Returns their values, started first.
 std::pair<ordered_json, ordered_json> run_started_and_forked(const RunSpec& spec, Language language,
@@ -45,18 +72,8 @@ std::pair<ordered_json, ordered_json> run_started_and_forked(const RunSpec& spec
   const ExecRequest request{language, code, {}};
   const ExecOutcome started = run_exec(launcher(), spec, request);
   EXPECT_EQ(started.status, "ok") << started.error.value_or("") << started.run.stderr_data << started.run.error;
-
-  int pair[2];
-  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
-  UniqueFd requests(pair[0]), theirs(pair[1]);
-  std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(spec, theirs.get()));
-  theirs.reset();
-  EXPECT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
-  std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec, requests.get());
-  const ExecOutcome forked = finish_exec(*run, spec, request);
+  const ExecOutcome forked = ForkServerOf(spec).run(request);
   EXPECT_EQ(forked.status, "ok") << forked.error.value_or("") << forked.run.stderr_data << forked.run.error;
-  requests.reset();
-  zygote->finish(std::nullopt, std::chrono::milliseconds(1));
   return {started.return_value, forked.return_value};
 }
 
@@ -220,30 +237,21 @@ std::string limit_of(pid_t pid, const std::string& name) {
 // pending signals. It keeps the host's; each run's PID 1 sets the run's.
 TEST(UserNsQuotas, AForkServerKeepsTheHostsChargedLimitsWhichItsRunsLower) {
   const RunSpec spec = default_exec_spec(Language::kPython);
-  int pair[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0);
-  UniqueFd requests(pair[0]), theirs(pair[1]);
-  std::unique_ptr<PreparedRun> zygote = launcher().prepare(fork_server_spec(spec, theirs.get()));
-  theirs.reset();
-  ASSERT_TRUE(zygote->wait_for_fork_requests(kForkServerStartTimeout, -1));
+  const ForkServerOf server(spec);
   const std::vector<pid_t> servers = descendants_with_cmdline(::getpid(), kForkServerScript);
   ASSERT_EQ(servers.size(), 1u);
   const pid_t self = ::getpid();
   EXPECT_EQ(limit_of(servers[0], "Max pending signals"), limit_of(self, "Max pending signals"));
   EXPECT_EQ(limit_of(servers[0], "Max msgqueue size"), limit_of(self, "Max msgqueue size"));
-  std::unique_ptr<PreparedRun> run = launcher().prepare_forked(spec, requests.get());
   const ExecOutcome out =
-      finish_exec(*run, spec,
-                  ExecRequest{Language::kPython,
-                              "def main(args):\n    return [l.split()[3:5] for l in open('/proc/self/limits')\n"
-                              "            if l.startswith(('Max pending signals', 'Max msgqueue size'))]\n",
-                              {}});
+      server.run(ExecRequest{Language::kPython,
+                             "def main(args):\n    return [l.split()[3:5] for l in open('/proc/self/limits')\n"
+                             "            if l.startswith(('Max pending signals', 'Max msgqueue size'))]\n",
+                             {}});
   EXPECT_EQ(out.status, "ok") << out.error.value_or("") << out.run.stderr_data;
   const std::string pending = std::to_string(kRunPendingSignals);
   EXPECT_EQ(out.return_value,
             ordered_json::array({ordered_json::array({pending, pending}), ordered_json::array({"0", "0"})}));
-  requests.reset();
-  zygote->finish(std::nullopt, std::chrono::milliseconds(1));
 }
 
 }  // namespace
