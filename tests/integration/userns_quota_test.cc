@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -172,7 +173,8 @@ std::string quotas_of_user_ns_of(pid_t pid) {
 }
 
 // Every sandbox PID 1 (nsbox-init) below this process and the quotas of its
-// user namespace, as last seen (polled every 20 ms) until stopped.
+// user namespace, as last seen (polled every 20 ms) until stopped. Each
+// run's and the fork server's sandbox have one.
 class PidOneWatch {
  public:
   PidOneWatch()
@@ -180,6 +182,9 @@ class PidOneWatch {
           while (!stop_) {
             // The last values each shows: PID 1 is named before it sets them.
             for (pid_t pid : descendants_with_cmdline(::getpid(), "nsbox-init")) {
+              // A workload shows PID 1's name until its execve.
+              const pid_t parent = static_cast<pid_t>(std::atoi(status_field(pid, "PPid").c_str()));
+              if (process_alive_with_cmdline(parent, "nsbox-init")) continue;
               std::string quotas = quotas_of_user_ns_of(pid);
               if (!quotas.empty()) seen_[pid] = quotas;
             }
