@@ -350,7 +350,9 @@ static int run_init(void* arg) {
   build_mounts(run);
   bring_up_loopback(run);
   if (sethostname(run->hostname, strlen(run->hostname)) < 0) fail(run, "sethostname", run->hostname, errno);
-  send_self(run, 'I');
+  /* 'U': set up, its user namespace's quotas included. nsbox refuses the
+   * 'I' of a rootfs older than them, whose runs would have none. */
+  send_self(run, 'U');
   apply_rlimits(run);
   drop_privileges(run);
   /* The memory PID 1 shares (the zygote's, whose workloads make their own

@@ -31,9 +31,13 @@ const char* resource_name(int resource) {
 }  // namespace
 
 std::vector<RlimitSetting> charged_rlimits() {
+  // Never above nsbox's own hard limit, which PID 1 could not raise.
+  rlimit own{};
+  rlim_t pending = kRunPendingSignals;
+  if (::getrlimit(RLIMIT_SIGPENDING, &own) == 0 && own.rlim_max < pending) pending = own.rlim_max;
   return {
       {RLIMIT_MSGQUEUE, {0, 0}},
-      {RLIMIT_SIGPENDING, {kRunPendingSignals, kRunPendingSignals}},
+      {RLIMIT_SIGPENDING, {pending, pending}},
   };
 }
 

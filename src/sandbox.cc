@@ -966,6 +966,18 @@ std::optional<ChildFailure> reported_failure(int error_fd) {
 // sender's pid in this process's pid namespace (the kernel translates the
 // credentials), and the fd it carried in *fd when fd is given. A child that
 // failed is reported with its own words.
+void close_received_fds(msghdr& msg) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      ::close(received);
+    }
+  }
+}
+
 pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, UniqueFd* fd = nullptr) {
   pollfd p{sock, POLLIN, 0};
   int ready;
@@ -984,7 +996,14 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
   if (n != 1 || byte != tag) {
+    if (n == 1) close_received_fds(msg);
     if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
+    if (n == 1)
+      throw SysError("fork server",
+                     std::string("its run init sent '") + byte + "' where '" + tag + "' (" + what +
+                         ") was due: the rootfs and this nsbox are of different versions; rebuild the rootfs "
+                         "(tools/build-rootfs, docs/OPERATIONS.md)",
+                     EPROTO);
     throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
   }
   pid_t pid = 0;
@@ -1093,7 +1112,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
                   "cgroup answer to the run's PID 1");
     join.clear();
     UniqueFd ready_pidfd;
-    if (expect_from_fork(run_sock.get(), 'I', errors.read.get(), "run init", &ready_pidfd) != init)
+    // 'U': its view is built, its user namespace's quotas set (forkinit.c).
+    if (expect_from_fork(run_sock.get(), 'U', errors.read.get(), "run init", &ready_pidfd) != init)
       throw SysError("fork server", "the run's view was reported by another process than its PID 1", EPROTO);
     // The join ran in code the rootfs ships, not this binary: no workload
     // exists yet, and none is let run unless PID 1 is in the run's cgroup.

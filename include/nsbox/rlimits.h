@@ -26,7 +26,9 @@ inline constexpr rlim_t kRunPendingSignals = 1024;
 
 // The rlimits of what the kernel charges to host root (above): message
 // queue bytes 0 (POSIX message queues have no use in a run), pending
-// signals kRunPendingSignals. Every run's, and its PID 1's (the workload
+// signals kRunPendingSignals (or nsbox's own hard limit, if lower). The
+// kernel checks a run's count against these, and each level above it
+// against what the namespace's maker had when it made it. Every run's, and its PID 1's (the workload
 // can queue signals to it). Not a fork server's: the rlimit its process
 // has when it makes a run's user namespace caps what all its runs
 // together may have charged through it.
