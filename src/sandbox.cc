@@ -962,10 +962,7 @@ std::optional<ChildFailure> reported_failure(int error_fd) {
   return std::nullopt;
 }
 
-// Waits for the one-byte message `tag` on the run socket and returns the
-// sender's pid in this process's pid namespace (the kernel translates the
-// credentials), and the fd it carried in *fd when fd is given. A child that
-// failed is reported with its own words.
+// Closes the descriptors a message carried (SCM_RIGHTS), as received.
 void close_received_fds(msghdr& msg) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
@@ -978,6 +975,10 @@ void close_received_fds(msghdr& msg) {
   }
 }
 
+// Waits for the one-byte message `tag` on the run socket and returns the
+// sender's pid in this process's pid namespace (the kernel translates the
+// credentials), and the fd it carried in *fd when fd is given. A child that
+// failed is reported with its own words.
 pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, UniqueFd* fd = nullptr) {
   pollfd p{sock, POLLIN, 0};
   int ready;
