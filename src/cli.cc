@@ -164,6 +164,17 @@ Profile load_profile_or_explain(const std::string& name) {
   }
 }
 
+// The node `nsbox serve --config FILE` would run (FILE empty: the built-in
+// one); a config that does not load is a bad command line.
+NodeConfig load_node_config_or_explain(const std::string& file) {
+  const ProfileSearch search = default_profile_search(executable_dir());
+  try {
+    return file.empty() ? builtin_node_config(search) : load_node_config(file, search);
+  } catch (const ProfileError& e) {
+    throw UsageError(std::string("--config: ") + e.what());
+  }
+}
+
 // Made now as the copy after the run would make it: a directory that cannot
 // be there is a bad command line, found before the workload runs.
 void check_artifacts_dir(const std::string& dir) {
@@ -400,6 +411,12 @@ int cli_main(int argc, char** argv) {
   doctor->add_option("--rootfs", doctor_rootfs, "Root tree to check")->capture_default_str();
   doctor->add_option("--profile", doctor_profiles,
                      "Also report what this profile (NAME or FILE; repeatable) would lose here");
+  std::string doctor_config;
+  doctor
+      ->add_option("--config", doctor_config,
+                   "Node config (as nsbox serve's): check its tenants' profiles and size the host's quotas "
+                   "for its max_concurrent")
+      ->check(kNonEmpty);
 
   // `nsbox run [OPTIONS] -- CMD...`: the command is all after the first
   // "--", set apart before CLI11 parses the options.
@@ -425,7 +442,11 @@ int cli_main(int argc, char** argv) {
       return run_check(check_files, !check_from.empty(), default_profile_search(executable_dir()), std::cout,
                        std::cerr);
     if (*doctor) {
-      DoctorOptions options{.rootfs = doctor_rootfs, .rootfs_given = doctor->count("--rootfs") > 0, .profiles = {}};
+      DoctorOptions options{.rootfs = doctor_rootfs,
+                            .rootfs_given = doctor->count("--rootfs") > 0,
+                            .profiles = {},
+                            .node = load_node_config_or_explain(doctor_config),
+                            .node_given = !doctor_config.empty()};
       for (const auto& name : doctor_profiles) options.profiles.push_back(load_profile_or_explain(name));
       return run_doctor(options, std::cout);
     }

@@ -22,6 +22,7 @@
 #include "nsbox/cgroup.h"
 #include "nsbox/error.h"
 #include "nsbox/profile_apply.h"
+#include "nsbox/rlimits.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/userns.h"
 
@@ -161,6 +162,68 @@ void check_seccomp(Report& r) {
   }
 }
 
+// A quota of host root's that the kernel charges every run's use to (it
+// owns the runs' user namespaces): the runs alive at once may together hold
+// runs x per_run, which must leave some to host root's own programs.
+void check_charged_quota(Report& r, const std::string& what, const std::string& host_name,
+                         std::optional<uint64_t> host_max, uint64_t runs, uint64_t per_run) {
+  const uint64_t all = runs * per_run;
+  const std::string held =
+      std::to_string(runs) + " x " + std::to_string(per_run) + " = " + std::to_string(all) + " of it";
+  if (!host_max) {
+    r.line(false, false, what, host_name + " cannot be read; the runs may hold " + held);
+  } else if (all < *host_max) {
+    r.line(true, false, what,
+           host_name + "=" + std::to_string(*host_max) + "; the runs hold at most " + held + ", leaving " +
+               std::to_string(*host_max - all) + " to host root's own programs");
+  } else {
+    r.line(false, false, what,
+           host_name + "=" + std::to_string(*host_max) + "; the runs could hold " + held +
+               ": all of host root's, which its own programs need too. Raise it well above " + std::to_string(all) +
+               ", or lower max_concurrent (docs/OPERATIONS.md, \"Host root's per-user quotas\")");
+  }
+}
+
+std::optional<uint64_t> read_count(const std::string& path) {
+  const std::string text = read_file(path);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoull(text);
+}
+
+// What the runs of the node (max_concurrent of them, under the largest
+// quotas any of its profiles, or those given, allows) may take of host
+// root's per-user quotas. Warm sandboxes run no code and hold none.
+void check_host_quotas(Report& r, const DoctorOptions& options) {
+  r.out << "host root's per-user quotas\n";
+  uint64_t instances = 0;
+  uint64_t watches = 0;
+  auto take_largest = [&](const Profile& p) {
+    instances = std::max(instances, p.limits.inotify_instances);
+    watches = std::max(watches, p.limits.inotify_watches);
+  };
+  for (const TenantConfig& tenant : options.node.tenants) take_largest(tenant.profile);
+  for (const Profile& profile : options.profiles) take_largest(profile);
+  const uint64_t runs = options.node.max_concurrent;
+  r.out << "  info  runs alive at once: " << runs << " (max_concurrent of "
+        << (options.node_given ? options.node.source : std::string("the built-in node, one per CPU")) << ")\n";
+  check_charged_quota(r, "inotify instances", "fs.inotify.max_user_instances",
+                      read_count("/proc/sys/fs/inotify/max_user_instances"), runs, instances);
+  check_charged_quota(r, "inotify watches", "fs.inotify.max_user_watches",
+                      read_count("/proc/sys/fs/inotify/max_user_watches"), runs, watches);
+  // Each run's RLIMIT_SIGPENDING (charged_rlimits()); host root's programs
+  // are checked against their own, which nsbox serve's usually equals.
+  uint64_t signals = kRunPendingSignals;
+  for (const RlimitSetting& s : charged_rlimits())
+    if (s.resource == RLIMIT_SIGPENDING) signals = s.value.rlim_cur;
+  rlimit own{};
+  std::optional<uint64_t> own_pending;
+  if (::getrlimit(RLIMIT_SIGPENDING, &own) == 0) own_pending = own.rlim_cur;
+  if (own_pending && own.rlim_cur == RLIM_INFINITY)
+    r.line(true, false, "pending signals", "RLIMIT_SIGPENDING of this process is unlimited");
+  else
+    check_charged_quota(r, "pending signals", "RLIMIT_SIGPENDING of this process", own_pending, runs, signals);
+}
+
 // Runs /bin/true in a real sandbox built from spec; its warnings (what the
 // run went without) are warn lines.
 void test_launch(Report& r, RunSpec spec, const std::string& what) {
@@ -245,6 +308,18 @@ void check_profile(Report& r, const Profile& profile, const std::optional<std::s
   test_launch(r, std::move(spec), "test launch of /bin/true under profile " + profile.name);
 }
 
+// The profiles given, then those of --config's tenants; each once, however
+// many tenants share it.
+std::vector<Profile> profiles_to_check(const DoctorOptions& options) {
+  std::vector<Profile> out = options.profiles;
+  if (!options.node_given) return out;
+  std::set<std::string> seen;
+  for (const Profile& p : out) seen.insert(to_yaml(p));
+  for (const TenantConfig& tenant : options.node.tenants)
+    if (seen.insert(tenant.profile_yaml).second) out.push_back(tenant.profile);
+  return out;
+}
+
 }  // namespace
 
 int run_doctor(const DoctorOptions& options, std::ostream& out) {
@@ -254,19 +329,21 @@ int run_doctor(const DoctorOptions& options, std::ostream& out) {
   check_namespaces(report);
   check_seccomp(report);
   check_cgroups(report);
+  check_host_quotas(report, options);
   check_rootfs(report, options.rootfs);
   const bool defaults_ok = report.ok;
-  if (!options.profiles.empty()) {
+  const std::vector<Profile> profiles = profiles_to_check(options);
+  if (!profiles.empty()) {
     const CgroupHost host = CgroupHost::detect();
-    const bool forks = std::any_of(options.profiles.begin(), options.profiles.end(),
-                                   [](const Profile& p) { return p.fork_server.any(); });
+    const bool forks =
+        std::any_of(profiles.begin(), profiles.end(), [](const Profile& p) { return p.fork_server.any(); });
     const int unprivileged = forks ? probe_unprivileged_unshare(kForkedRunNamespaces, choose_host_ids()) : 0;
-    for (const Profile& profile : options.profiles)
+    for (const Profile& profile : profiles)
       check_profile(report, profile, options.rootfs_given ? std::optional(options.rootfs) : std::nullopt, host,
                     unprivileged);
   }
   if (report.ok)
-    out << (options.profiles.empty() ? "nsbox can run here\n" : "nsbox can run here, with these profiles\n");
+    out << (profiles.empty() ? "nsbox can run here\n" : "nsbox can run here, with these profiles\n");
   else if (defaults_ok)
     out << "nsbox can run here, but not every profile as written: see FAIL lines\n";
   else

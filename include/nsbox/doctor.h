@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "nsbox/node_config.h"
 #include "nsbox/profile.h"
 
 namespace nsbox {
@@ -13,6 +14,10 @@ struct DoctorOptions {
   std::string rootfs;             // the tree the default launch uses
   bool rootfs_given = false;      // --rootfs: the profiles' launches use it too
   std::vector<Profile> profiles;  // each also gets what it would lose here
+  // The node whose runs the host's per-user quotas must hold: the built-in
+  // one, or --config's, whose tenants' profiles are then checked as well.
+  NodeConfig node;
+  bool node_given = false;
 };
 
 // Prints the report; returns 0 when everything nsbox needs by default, and

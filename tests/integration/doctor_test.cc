@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include "fixture.h"
 
 namespace nsbox::testing {
@@ -38,6 +40,77 @@ TEST(Doctor, ReportsWhatEachProfileWouldLoseHere) {
   CliResult unknown = run_cli({"doctor", "--rootfs", test_rootfs(), "--profile", "no-such-profile"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.err.find("no-such-profile"), std::string::npos) << unknown.err;
+}
+
+// Host root's inotify instances, as the kernel allows them now.
+uint64_t host_inotify_instances() { return std::stoull(slurp("/proc/sys/fs/inotify/max_user_instances")); }
+
+// The runs of a node share host root's per-user quotas: doctor warns when a
+// node's max_concurrent runs could take all of one, and checks the tenants'
+// profiles. The host's sysctls are read, never changed: max_concurrent is
+// chosen to fit or not.
+TEST(Doctor, SizesHostRootsQuotasForTheNodesRuns) {
+  TempDir dir;
+  dir.write("few.yaml", "name: few\nextends: default\nlimits:\n  inotify_instances: 2\n");
+  const uint64_t host = host_inotify_instances();
+  const uint64_t fitting = host / 2 - 1;  // x 2 each leaves root some
+  const std::string fits =
+      dir.write("fits.yaml", "tenants:\n  - name: a\n    profile: " + dir.path() + "/few.yaml\n  - name: b\n" +
+                                 "    profile: " + dir.path() +
+                                 "/few.yaml\nlimits:\n  max_concurrent: " + std::to_string(fitting) + "\n");
+  CliResult ok = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", fits});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("info  runs alive at once: " + std::to_string(fitting) + " (max_concurrent of " + fits + ")"),
+            std::string::npos)
+      << ok.out;
+  EXPECT_NE(ok.out.find("ok    inotify instances: fs.inotify.max_user_instances=" + std::to_string(host) +
+                        "; the runs hold at most " + std::to_string(fitting) + " x 2 = "),
+            std::string::npos)
+      << ok.out;
+  // Two tenants, one profile: checked once.
+  EXPECT_NE(ok.out.find("profile few\n"), std::string::npos) << ok.out;
+  EXPECT_EQ(ok.out.find("profile few\n"), ok.out.rfind("profile few\n")) << ok.out;
+  EXPECT_NE(ok.out.find("ok    test launch of /bin/true under profile few"), std::string::npos) << ok.out;
+
+  // The default profile's 8 each, one run more than host root's quota holds.
+  const uint64_t too_many = host / 8 + 1;
+  const std::string crowded = dir.write(
+      "crowded.yaml",
+      "tenants:\n  - {name: a, profile: default}\nlimits:\n  max_concurrent: " + std::to_string(too_many) + "\n");
+  CliResult warned = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", crowded});
+  EXPECT_EQ(warned.exit_code, 0) << "a quota to raise is a warning\n" << warned.out;
+  EXPECT_NE(warned.out.find("warn  inotify instances: fs.inotify.max_user_instances=" + std::to_string(host) +
+                            "; the runs could hold " + std::to_string(too_many) +
+                            " x 8 = " + std::to_string(too_many * 8) + " of it: all of host root's"),
+            std::string::npos)
+      << warned.out;
+
+  CliResult broken =
+      run_cli({"doctor", "--config",
+               dir.write("broken.yaml", "tenants:\n  - {name: a, profile: default}\nlimits:\n  max_concurent: 2\n")});
+  EXPECT_EQ(broken.exit_code, 2) << broken.out;
+  EXPECT_NE(broken.err.find("--config: "), std::string::npos) << broken.err;
+  EXPECT_NE(broken.err.find("max_concurent"), std::string::npos) << broken.err;
+}
+
+// Pending signals are checked against this process's RLIMIT_SIGPENDING,
+// which doctor inherits: lowered here below what 4 runs may hold.
+TEST(Doctor, WarnsWhenTheRunsCouldTakeAllOfRootsPendingSignals) {
+  TempDir dir;
+  const std::string four =
+      dir.write("four.yaml", "tenants:\n  - {name: a, profile: default}\nlimits:\n  max_concurrent: 4\n");
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_SIGPENDING, &saved), 0);
+  ASSERT_GT(saved.rlim_max, 3000u);
+  rlimit lowered = saved;
+  lowered.rlim_cur = 3000;
+  ASSERT_EQ(::setrlimit(RLIMIT_SIGPENDING, &lowered), 0);
+  CliResult r = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", four});
+  ASSERT_EQ(::setrlimit(RLIMIT_SIGPENDING, &saved), 0);
+  EXPECT_NE(r.out.find("warn  pending signals: RLIMIT_SIGPENDING of this process=3000; the runs could hold 4 x 1024 "
+                       "= 4096 of it"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(Doctor, MissingRootfsFails) {
