@@ -47,6 +47,7 @@ RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
                                 : std::vector<std::string>{spec.argv.at(0), kForkServerScript};
   spec.seccomp = SeccompChoice{SeccompChoice::kForkServer, {}};
   spec.mask_proc = false;
+  spec.makes_runs = true;
   spec.fd3_socket = control_fd;
   spec.capture_fd3 = false;
   spec.stdin_data.reset();

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 
 #include "nsbox/error.h"
 
@@ -33,6 +35,11 @@ void OutputCapture::on_readable() {
 bool readable_now(int fd) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
+}
+
+int ms_until(std::chrono::steady_clock::time_point t) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - std::chrono::steady_clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left + 1, 0, INT32_MAX));
 }
 
 size_t read_full(int fd, void* buf, size_t size) {

@@ -30,6 +30,7 @@
 #include "nsbox/egress.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
+#include "nsbox/fork_messages.h"
 #include "nsbox/fork_server.h"
 #include "nsbox/io.h"
 #include "nsbox/mounts.h"
@@ -261,11 +262,6 @@ void answer_denied_call(Watch& w, Observation& obs) {
 
 // How often the run's CPU usage is read when cpu_time is enforced.
 constexpr int kCpuTimeTickMs = 20;
-
-int ms_until(Clock::time_point t) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left + 1, 0, INT32_MAX));
-}
 
 // Writes the next chunk of stdin_data; closes the pipe when all is written
 // or the reader is gone (a workload need not read its input).
@@ -780,10 +776,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
     RunCgroup* cgroup = st->cgroup.get();
     st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
-    // A fork server makes its runs' user namespaces (nested in its own,
-    // which must allow them and not cap what they charge through it), and
-    // each run's PID 1 bounds its own: quotas, charged rlimits.
-    const bool makes_runs = spec.seccomp.kind == SeccompChoice::kForkServer;
+    const bool makes_runs = spec.makes_runs;
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra :
          standin_rlimits(spec.limits, unenforced, spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
@@ -916,119 +909,11 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
 
 namespace {
 
-// How long a fork server may take to answer each step of a fork.
-constexpr int kForkStepTimeoutMs = 10000;
-
 // Whether the process of pidfd is still alive (its pid still names it).
 // Not !readable_now: a poll that fails counts as dead here (fail closed).
 bool alive(int pidfd) {
   pollfd p{pidfd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 0;
-}
-
-// Sends text and fds (SCM_RIGHTS, none when count is 0) in one message.
-// Waits for room in the socket up to the step timeout (a stuck fork
-// server); `what` names the message in the error.
-void send_with_fds(int sock, const std::string& text, const int* fds, size_t count, const char* what) {
-  constexpr size_t kMaxFds = kForkRequestFds;
-  if (count > kMaxFds) throw SysError(what, "more fds than a fork message carries", E2BIG);
-  iovec iov{const_cast<char*>(text.data()), text.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (count > 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
-  }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(kForkStepTimeoutMs);
-  while (::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN || Clock::now() >= deadline) throw SysError("send", what, errno);
-    pollfd p{sock, POLLOUT, 0};
-    ::poll(&p, 1, ms_until(deadline));
-  }
-}
-
-// The setup failure a forked run's child reported, if any.
-std::optional<ChildFailure> reported_failure(int error_fd) {
-  ChildFailure failure{};
-  if (readable_now(error_fd) && read_full(error_fd, &failure, sizeof failure) == sizeof failure) return failure;
-  return std::nullopt;
-}
-
-// Closes the descriptors a message carried (SCM_RIGHTS), as received.
-void close_received_fds(msghdr& msg) {
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int received = -1;
-      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-      ::close(received);
-    }
-  }
-}
-
-// Waits for the one-byte message `tag` on the run socket and returns the
-// sender's pid in this process's pid namespace (the kernel translates the
-// credentials), and the fd it carried in *fd when fd is given. A child that
-// failed is reported with its own words.
-pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, UniqueFd* fd = nullptr) {
-  pollfd p{sock, POLLIN, 0};
-  int ready;
-  while ((ready = ::poll(&p, 1, kForkStepTimeoutMs)) < 0 && errno == EINTR) {
-  }
-  if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
-  if (n != 1 || byte != tag) {
-    if (n == 1) close_received_fds(msg);
-    if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
-    if (n == 1)
-      throw SysError("fork server",
-                     std::string("its run init sent '") + byte + "' where '" + tag + "' (" + what +
-                         ") was due: the rootfs and this nsbox are of different versions; rebuild the rootfs "
-                         "(tools/build-rootfs, docs/OPERATIONS.md)",
-                     EPROTO);
-    throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
-  }
-  pid_t pid = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
-      ucred cred{};
-      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
-      pid = cred.pid;
-    } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received = -1;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-        if (fd && i == 0) {
-          fd->reset(received);
-        } else {
-          ::close(received);  // nothing else is expected
-        }
-      }
-    }
-  }
-  if (fd && !*fd) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
-  if (pid > 0) return pid;
-  throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
 }
 
 }  // namespace

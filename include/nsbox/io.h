@@ -3,6 +3,7 @@
 // capture is flagged as truncated.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,10 @@ class OutputCapture {
 // Whether fd has an event now, without waiting: data or end of file to
 // read, a pidfd whose process ended.
 bool readable_now(int fd);
+
+// Milliseconds from now until t, rounded up, as poll(2) takes them: 0 once
+// t has passed.
+int ms_until(std::chrono::steady_clock::time_point t);
 
 // Reads exactly size bytes unless EOF comes first; returns the count read.
 size_t read_full(int fd, void* buf, size_t size);

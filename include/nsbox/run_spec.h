@@ -91,6 +91,11 @@ struct RunSpec {
   // left unmasked, since each run mounts and masks a /proc of its own.
   int fd3_socket = -1;
   bool mask_proc = true;
+  // The fork server's sandbox makes its runs' user namespaces (nested in
+  // its own, which must allow them and not cap what they charge through
+  // it); each run's PID 1 bounds its own. So this one gets neither the user
+  // namespace quotas nor the charged rlimits (rlimits.h).
+  bool makes_runs = false;
 };
 
 // The environment every run starts from; --env entries replace or add.

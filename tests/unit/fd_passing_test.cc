@@ -1,5 +1,7 @@
 // Passing fds over the node's SOCK_SEQPACKET control sockets: what a
-// receiver sees when its peer closes, on the real kernel.
+// receiver sees when its peer closes, on the real kernel. And the steps a
+// forked run's processes answer nsbox with (fork_messages.h): what is kept,
+// what is closed, what is refused.
 #include "nsbox/fd_passing.h"
 
 #include <fcntl.h>
@@ -11,6 +13,10 @@
 
 #include <gtest/gtest.h>
 
+#include "nsbox/child_report.h"
+#include "nsbox/error.h"
+#include "nsbox/fork_messages.h"
+#include "nsbox/io.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox {
@@ -100,6 +106,130 @@ TEST(FdPassing, APeerThatClosedHavingSentNothingIsClosed) {
   errno = EINVAL;
   EXPECT_EQ(receive_fd(p.ours.get(), &tag), -1);
   EXPECT_EQ(errno, 0);
+}
+
+// Whether every write end of the pipe is closed: its read end is at EOF.
+bool at_eof(int read_fd) {
+  char byte;
+  return readable_now(read_fd) && ::read(read_fd, &byte, 1) == 0;
+}
+
+// A run socket (SO_PASSCRED on ours, as nsbox's) on which the peer sent
+// tag with the write end of `carried`, whose other copy is closed.
+struct StepSent {
+  SocketPair ch;
+  Pipe errors, carried;
+};
+
+StepSent step_sent(char tag) {
+  StepSent s{seqpacket_pair(), make_pipe(), make_pipe()};
+  const int on = 1;
+  EXPECT_EQ(::setsockopt(s.ch.ours.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on), 0) << errno;
+  EXPECT_EQ(send_fd(s.ch.theirs.get(), s.carried.write.get(), tag), 0);
+  s.carried.write.reset();
+  return s;
+}
+
+TEST(ForkMessages, TheDueStepGivesItsSendersPidAndKeepsItsFd) {
+  StepSent s = step_sent('U');
+  Pipe& carried = s.carried;
+  UniqueFd got;
+  EXPECT_EQ(expect_from_fork(s.ch.ours.get(), 'U', s.errors.read.get(), "run init", &got), ::getpid());
+  ASSERT_TRUE(got.valid());
+  EXPECT_EQ(::fcntl(got.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC) << "received close-on-exec";
+  EXPECT_FALSE(at_eof(carried.read.get())) << "the fd was kept";
+  EXPECT_EQ(::write(got.get(), "x", 1), 1);
+  got.reset();
+  char byte = 0;
+  EXPECT_EQ(::read(carried.read.get(), &byte, 1), 1);
+  EXPECT_EQ(byte, 'x');
+}
+
+// An older rootfs's run init says 'I' where this nsbox expects 'U': the run
+// is refused with what to do, and the fd that came with it is not leaked.
+TEST(ForkMessages, AnotherTagIsRefusedAsAnotherVersionAndWhatCameWithItClosed) {
+  StepSent s = step_sent('I');
+  UniqueFd got;
+  try {
+    expect_from_fork(s.ch.ours.get(), 'U', s.errors.read.get(), "run init", &got);
+    ADD_FAILURE() << "a wrong tag was taken";
+  } catch (const SysError& e) {
+    EXPECT_EQ(e.err(), EPROTO);
+    EXPECT_NE(std::string(e.what()).find("its run init sent 'I' where 'U' (run init) was due"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("rebuild the rootfs"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(got.valid());
+  EXPECT_TRUE(at_eof(s.carried.read.get())) << "the fd that came with the wrong tag is still open";
+}
+
+// A child that fails says why on the error pipe, then its end of the
+// socket closes: the failure is reported in its own words.
+TEST(ForkMessages, AChildsReportedFailureIsTheError) {
+  SocketPair ch = seqpacket_pair();
+  Pipe errors = make_pipe();
+  report_child_failure(errors.write.get(), "pivot_root", "/newroot", EINVAL);
+  ch.theirs.reset();
+  try {
+    expect_from_fork(ch.ours.get(), 'P', errors.read.get(), "run init");
+    ADD_FAILURE() << "a closed socket was taken for the step";
+  } catch (const SysError& e) {
+    EXPECT_EQ(e.step(), "pivot_root");
+    EXPECT_EQ(e.object(), "/newroot");
+    EXPECT_EQ(e.err(), EINVAL);
+  }
+}
+
+TEST(ForkMessages, AnEndWithoutAReportOrAMissingFdIsAnError) {
+  SocketPair closed = seqpacket_pair();
+  Pipe errors = make_pipe();
+  closed.theirs.reset();
+  try {
+    expect_from_fork(closed.ours.get(), 'P', errors.read.get(), "run init");
+    ADD_FAILURE() << "nothing was taken for the step";
+  } catch (const SysError& e) {
+    EXPECT_NE(std::string(e.what()).find("ended before run init"), std::string::npos) << e.what();
+  }
+
+  SocketPair bare = seqpacket_pair();
+  ASSERT_EQ(::send(bare.theirs.get(), "L", 1, 0), 1);
+  UniqueFd got;
+  try {
+    expect_from_fork(bare.ours.get(), 'L', errors.read.get(), "seccomp listener", &got);
+    ADD_FAILURE() << "a step that must carry an fd was taken without one";
+  } catch (const SysError& e) {
+    EXPECT_EQ(e.err(), EPROTO);
+    EXPECT_NE(std::string(e.what()).find("seccomp listener came without its fd"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ForkMessages, ARequestCarriesItsTextAndFdsInOneMessage) {
+  SocketPair ch = seqpacket_pair();
+  Pipe a = make_pipe();
+  const int fds[] = {a.write.get(), a.read.get()};
+  send_with_fds(ch.theirs.get(), "{\"x\":1}", fds, 2, "test request");
+  char text[64] = {};
+  iovec iov{text, sizeof text};
+  alignas(cmsghdr) char control[256] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ASSERT_EQ(::recvmsg(ch.ours.get(), &msg, MSG_CMSG_CLOEXEC), 7);
+  EXPECT_STREQ(text, "{\"x\":1}");
+  size_t received = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    received = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < received; ++i) {
+      int fd = -1;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      ::close(fd);
+    }
+  }
+  EXPECT_EQ(received, 2u);
+  EXPECT_THROW(send_with_fds(ch.theirs.get(), "x", fds, 64, "test request"), SysError);
 }
 
 }  // namespace

@@ -54,6 +54,8 @@ TEST(ForkServer, ItsOwnSandboxKeepsNoRunState) {
   EXPECT_EQ(z.fd3_socket, 42);
   EXPECT_FALSE(z.capture_fd3);
   EXPECT_FALSE(z.mask_proc) << "a run cannot mount a /proc of its own under a masked one";
+  EXPECT_FALSE(run.makes_runs);
+  EXPECT_TRUE(z.makes_runs) << "its namespace would cap what all its runs together may charge through it";
   EXPECT_FALSE(z.workspace) << "each run gets a workspace of its own";
   EXPECT_FALSE(z.stdin_data);
   EXPECT_EQ(z.limits.wall_time.count(), 0) << "the fork server outlives any one run";

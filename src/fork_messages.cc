@@ -1,0 +1,124 @@
+#include "nsbox/fork_messages.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <optional>
+
+#include "nsbox/child_report.h"
+#include "nsbox/error.h"
+#include "nsbox/fork_server.h"
+#include "nsbox/io.h"
+
+namespace nsbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The setup failure a forked run's child reported, if any.
+std::optional<ChildFailure> reported_failure(int error_fd) {
+  ChildFailure failure{};
+  if (readable_now(error_fd) && read_full(error_fd, &failure, sizeof failure) == sizeof failure) return failure;
+  return std::nullopt;
+}
+
+// Calls take(fd) for each descriptor the message carried (SCM_RIGHTS), in
+// order: take owns it from then on.
+template <typename Take>
+void for_each_received_fd(msghdr& msg, Take take) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
+      take(received);
+    }
+  }
+}
+
+}  // namespace
+
+void send_with_fds(int sock, const std::string& text, const int* fds, size_t count, const char* what) {
+  constexpr size_t kMaxFds = kForkRequestFds;
+  if (count > kMaxFds) throw SysError(what, "more fds than a fork message carries", E2BIG);
+  iovec iov{const_cast<char*>(text.data()), text.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (count > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(kForkStepTimeoutMs);
+  while (::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN || Clock::now() >= deadline) throw SysError("send", what, errno);
+    pollfd p{sock, POLLOUT, 0};
+    ::poll(&p, 1, ms_until(deadline));
+  }
+}
+
+pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, UniqueFd* fd) {
+  pollfd p{sock, POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&p, 1, kForkStepTimeoutMs)) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  if (n != 1 || byte != tag) {
+    if (n == 1) for_each_received_fd(msg, ::close);
+    if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
+    if (n == 1)
+      throw SysError("fork server",
+                     std::string("its run init sent '") + byte + "' where '" + tag + "' (" + what +
+                         ") was due: the rootfs and this nsbox are of different versions; rebuild the rootfs "
+                         "(tools/build-rootfs, docs/OPERATIONS.md)",
+                     EPROTO);
+    throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
+  }
+  pid_t pid = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+      ucred cred{};
+      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
+      pid = cred.pid;
+    }
+  }
+  // The first descriptor is the one expected; nothing else is.
+  bool kept = false;
+  for_each_received_fd(msg, [&](int received) {
+    if (fd && !kept) {
+      fd->reset(received);
+      kept = true;
+    } else {
+      ::close(received);
+    }
+  });
+  if (fd && !*fd) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
+  if (pid > 0) return pid;
+  throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+}
+
+}  // namespace nsbox
