@@ -1,17 +1,21 @@
 #include "nsbox/seccomp.h"
 
+#include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <memory>
 #include <set>
+#include <vector>
 
 #include "nsbox/error.h"
 #include "nsbox/run_spec.h"
@@ -100,6 +104,20 @@ constexpr std::pair<unsigned long, const char*> kDeniedIoctls[] = {
     {TIOCSTI, "TIOCSTI"},
     {TIOCLINUX, "TIOCLINUX"},
 };
+
+// The socket families a run may use: unix sockets, IP (its network
+// namespace holds only lo, and the egress proxy's path when a profile
+// allows egress) and netlink, through which glibc's getaddrinfo and
+// if_nameindex read the run's own interfaces. Every other family is kernel
+// attack surface no run needs (AF_ALG, RDS, TIPC, CAN, ...), and AF_VSOCK
+// is not confined by the network namespace at all: on a VM host it
+// reaches the hypervisor and its other guests.
+constexpr int kSocketFamilies[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+constexpr const char* kSocketFamiliesText = "AF_UNIX, AF_INET, AF_INET6, AF_NETLINK";
+// Netlink only as NETLINK_ROUTE (the interfaces and addresses): the other
+// protocols (audit, uevents, socket diagnostics, generic families) are more
+// of the same surface.
+constexpr int kNetlinkProtocol = NETLINK_ROUTE;
 
 // personality(0xffffffff) only queries; any other value changes the execution
 // domain (e.g. ADDR_NO_RANDOMIZE turns off ASLR).
@@ -195,6 +213,41 @@ uint32_t quiet_deny_action(int err) {
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kSocketFamilyReason =
+    "vsock reaches past the network namespace; other families are kernel attack surface";
+
+// Adds a rule with `action` to syscall for every value of its argument
+// `arg` (its low 32 bits, as the kernel reads an int) but those in `except`:
+// one below the lowest, one above the highest, one per value between them
+// (libseccomp takes one comparison per argument and rule).
+void act_on_arg_except(scmp_filter_ctx ctx, uint32_t action, const char* syscall, unsigned arg,
+                       const std::vector<uint32_t>& except) {
+  const int nr = resolve(syscall);
+  const uint32_t low = *std::min_element(except.begin(), except.end());
+  const uint32_t high = *std::max_element(except.begin(), except.end());
+  if (low > 0) check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_LT, low)), syscall);
+  if (high < UINT32_MAX) check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_GT, high)), syscall);
+  for (uint32_t value = low + 1; value < high; ++value) {
+    if (std::find(except.begin(), except.end(), value) == except.end())
+      check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_EQ, value)), syscall);
+  }
+}
+
+// socket(2) of a family outside kSocketFamilies, or of netlink with another
+// protocol, and socketpair(2) of anything but AF_UNIX get `action`.
+void deny_other_socket_families(scmp_filter_ctx ctx, uint32_t action) {
+  act_on_arg_except(ctx, action, "socket", 0,
+                    std::vector<uint32_t>(std::begin(kSocketFamilies), std::end(kSocketFamilies)));
+  check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
+                         SCMP_A2_32(SCMP_CMP_NE, kNetlinkProtocol)),
+        "socket netlink");
+  act_on_arg_except(ctx, action, "socketpair", 0, {AF_UNIX});
+}
+
+}  // namespace
+
 SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, bool notifies) {
   SeccompProgram program;
   auto& rules = program.rules_;
@@ -227,6 +280,10 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
     rules.push_back(
         {"ioctl", std::string("request is ") + name, eperm, "injecting input into or steering a shared terminal"});
   }
+  deny_other_socket_families(ctx.get(), action(EPERM));
+  rules.push_back({"socket", std::string("family is not ") + kSocketFamiliesText, eperm, kSocketFamilyReason});
+  rules.push_back({"socket", "family is AF_NETLINK, protocol is not NETLINK_ROUTE", eperm, kSocketFamilyReason});
+  rules.push_back({"socketpair", "family is not AF_UNIX", eperm, kSocketFamilyReason});
   check(
       seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1, SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
       "personality");
@@ -253,25 +310,6 @@ unsigned long namespace_flag_mask() {
   unsigned long mask = 0;
   for (const auto& [flag, name] : kCloneNamespaceFlags) mask |= flag;
   return mask;
-}
-
-// ioctl is allowed for every request but the denied terminal ones: one rule
-// below the lowest, each value between them, one above the highest (libseccomp
-// takes one comparison per argument and rule).
-void allow_ioctl_except_denied(scmp_filter_ctx ctx) {
-  const int nr = resolve("ioctl");
-  uint32_t low = 0xffffffffu, high = 0;
-  for (const auto& [request, name] : kDeniedIoctls) {
-    low = std::min<uint32_t>(low, static_cast<uint32_t>(request));
-    high = std::max<uint32_t>(high, static_cast<uint32_t>(request));
-  }
-  check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A1_32(SCMP_CMP_LT, low)), "ioctl low");
-  check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A1_32(SCMP_CMP_GT, high)), "ioctl high");
-  for (uint32_t value = low + 1; value < high; ++value) {
-    bool denied = false;
-    for (const auto& [request, name] : kDeniedIoctls) denied |= value == static_cast<uint32_t>(request);
-    if (!denied) check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A1_32(SCMP_CMP_EQ, value)), "ioctl");
-  }
 }
 
 }  // namespace
@@ -303,8 +341,26 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
             "clone");
       rules.push_back({"clone", "flags has no namespace flag", "ALLOW", "threads and processes"});
     } else if (name == "ioctl") {
-      allow_ioctl_except_denied(ctx.get());
+      std::vector<uint32_t> denied;
+      for (const auto& [request, request_name] : kDeniedIoctls) denied.push_back(static_cast<uint32_t>(request));
+      act_on_arg_except(ctx.get(), SCMP_ACT_ALLOW, "ioctl", 1, denied);
       rules.push_back({"ioctl", "request is not TIOCSTI or TIOCLINUX", "ALLOW", "terminal and device control"});
+    } else if (name == "socket") {
+      for (const int family : kSocketFamilies) {
+        if (family == AF_NETLINK)
+          check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
+                                 SCMP_A2_32(SCMP_CMP_EQ, kNetlinkProtocol)),
+                "socket netlink");
+        else
+          check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 1, SCMP_A0_32(SCMP_CMP_EQ, family)),
+                "socket");
+      }
+      rules.push_back({"socket", std::string("family is ") + kSocketFamiliesText + " (netlink: NETLINK_ROUTE only)",
+                       "ALLOW", kSocketFamilyReason});
+    } else if (name == "socketpair") {
+      check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socketpair"), 1, SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)),
+            "socketpair");
+      rules.push_back({"socketpair", "family is AF_UNIX", "ALLOW", kSocketFamilyReason});
     } else if (name == "personality") {
       check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("personality"), 1,
                              SCMP_A0_32(SCMP_CMP_EQ, kPersonalityQuery)),

@@ -26,7 +26,7 @@ TEST(DefaultPolicy, DeniesWhatTheLauncherPromises) {
         "setns",        "keyctl",      "add_key",     "request_key",  "bpf",           "perf_event_open",
         "userfaultfd",  "kexec_load",  "init_module", "finit_module", "delete_module", "open_by_handle_at",
         "acct",         "swapon",      "swapoff",     "reboot",       "syslog",        "clock_settime",
-        "settimeofday", "personality", "clone",       "ioctl"}) {
+        "settimeofday", "personality", "clone",       "ioctl",        "socket",        "socketpair"}) {
     EXPECT_TRUE(has_rule(p, s, "EPERM")) << s;
   }
   for (const char* s : {"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register"}) {
