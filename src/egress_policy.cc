@@ -248,12 +248,28 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
   return {false, "no rule allows " + target + " (only host rules allow names; the name was not resolved)", nullptr};
 }
 
+namespace {
+
+// 127.0.0.0/8 or ::1, in canonical form (a mapped address as IPv4).
+bool is_loopback(const IpAddress& a) {
+  if (!a.v6) return a.bytes[0] == 127;
+  return std::all_of(a.bytes.begin(), a.bytes.end() - 1, [](uint8_t b) { return b == 0; }) && a.bytes[15] == 1;
+}
+
+}  // namespace
+
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address, uint16_t port,
                       const std::vector<IpAddress>& host_addresses) {
   const IpAddress a = canonical(address);
-  std::optional<SpecialRange> special = special_range(a);
-  if (!special && std::find(host_addresses.begin(), host_addresses.end(), a) != host_addresses.end())
-    special = SpecialRange{"an address of this host", Cidr{a, a.v6 ? 128 : 32}};
+  // The host's own addresses first: one in a private range (a cloud host's
+  // 10.x) must not open to a rule for that range, which means other
+  // machines, since the proxy would reach the host's own services bound to
+  // 0.0.0.0 through it. Loopback is this host whatever the address, so a
+  // rule within loopback says so already.
+  const bool of_this_host =
+      !is_loopback(a) && std::find(host_addresses.begin(), host_addresses.end(), a) != host_addresses.end();
+  std::optional<SpecialRange> special =
+      of_this_host ? SpecialRange{"an address of this host", Cidr{a, a.v6 ? 128 : 32}} : special_range(a);
   const EgressRule* cidr_rule = nullptr;
   const EgressRule* other_port = nullptr;
   for (const auto& rule : policy.allow) {
@@ -273,8 +289,8 @@ Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, c
   }
   const bool private_refused = policy.deny_private && special && !cidr_rule;
   const std::string private_reason =
-      special ? a.str() + " is " + special->description +
-                    ", refused by deny_private (only a cidr rule within that range allows it)"
+      special ? a.str() + " is " + special->description + ", refused by deny_private (only a cidr rule " +
+                    (of_this_host ? "naming exactly that address" : "within that range") + " allows it)"
               : "";
   if (!host_rule && !cidr_rule) {
     for (const auto& rule : policy.allow)

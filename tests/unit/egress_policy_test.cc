@@ -479,6 +479,26 @@ TEST(EgressPolicy, TheHostsOwnAddressesAndPlatformServicesAreSpecial) {
   EXPECT_TRUE(check_address(exact, nullptr, ip("192.0.2.2"), 443, host).allowed);
   EXPECT_FALSE(check_address(exact, nullptr, ip("192.0.2.2"), 22, host).allowed);
 
+  // One in a private range or loopback (a cloud host's 10.x) does not open
+  // to a rule for that range either: the proxy would reach the host's own
+  // services bound to 0.0.0.0 or :: through it.
+  const std::vector<IpAddress> cloud_host = {ip("127.0.0.1"), ip("10.9.9.9"), ip("fd00:9::9"), ip("::1")};
+  EgressPolicy internal;
+  internal.allow = {cidr_rule("10.0.0.0/8", {18083}), cidr_rule("fc00::/7", {18084}), cidr_rule("127.0.0.0/8", {80})};
+  v = check_address(internal, nullptr, ip("10.9.9.9"), 18083, cloud_host);
+  EXPECT_FALSE(v.allowed);
+  EXPECT_EQ(v.reason,
+            "10.9.9.9 is an address of this host, refused by deny_private (only a cidr rule naming exactly that "
+            "address allows it)");
+  EXPECT_FALSE(check_address(internal, nullptr, ip("fd00:9::9"), 18084, cloud_host).allowed);
+  EXPECT_FALSE(check_address(internal, nullptr, ip("::ffff:10.9.9.9"), 18083, cloud_host).allowed);
+  EXPECT_TRUE(check_address(internal, nullptr, ip("127.0.0.1"), 80, cloud_host).allowed)
+      << "a rule within loopback means this host already";
+  EXPECT_TRUE(check_address(internal, nullptr, ip("10.9.9.8"), 18083, cloud_host).allowed) << "the rest of the range";
+  EXPECT_TRUE(check_address(internal, nullptr, ip("fd00:9::8"), 18084, cloud_host).allowed);
+  internal.allow.push_back(cidr_rule("10.9.9.9/32", {18083}));
+  EXPECT_TRUE(check_address(internal, nullptr, ip("10.9.9.9"), 18083, cloud_host).allowed);
+
   EXPECT_NE(private_range(ip("168.63.129.16")).value_or("").find("WireServer"), std::string::npos);
   EXPECT_FALSE(check_address(internet, nullptr, ip("168.63.129.16"), 443).allowed);
   EXPECT_NE(private_range(ip("::ffff:0:a9fe:a9fe")).value_or("").find("IPv4-translated of link-local"),
