@@ -38,6 +38,7 @@ struct EgressProxy::Shared {
   EgressPolicy policy;
   EgressTimeouts timeouts;
   UniqueFd stop_fd;  // an eventfd, readable once stop() began: wakes every poll
+  UniqueFd cap_fd;   // an eventfd, readable once the run's byte cap is reached: ends every relay
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> bytes_left{0};  // of the run's byte cap
 
@@ -230,6 +231,17 @@ size_t reserve_bytes(Shared& s, size_t want) {
   }
 }
 
+// The run's byte cap is spent: said in the report, and every relay of the
+// run ends (an idle tunnel too, not only the next one to read).
+void byte_cap_reached(Shared& s) {
+  {
+    std::lock_guard lock(s.mu);
+    s.report.byte_cap_hit = true;
+  }
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(s.cap_fd.get(), &one, sizeof one);
+}
+
 struct Decision {
   EgressVerdict verdict = EgressVerdict::kDenied;
   std::string reason;
@@ -238,6 +250,16 @@ struct Decision {
   int err = 0;               // failed: errno of the last connect, or 0 for a lookup failure
   size_t record = SIZE_MAX;  // index in the report, when recorded
 };
+
+// What a refused request asked for, as the report may carry it: printable
+// ASCII only (anything else as '?'), at most 256 bytes.
+std::string printable_target(std::string_view target) {
+  constexpr size_t kMax = 256;
+  std::string out;
+  for (const char c : target.substr(0, kMax)) out += (c > ' ' && c < 0x7f) ? c : '?';
+  if (target.size() > kMax) out += "...";
+  return out;
+}
 
 class Session {
  public:
@@ -273,6 +295,7 @@ class Session {
     size_t end;
     while ((end = find_head_end(buf_)) == 0) {
       if (buf_.size() > kMaxProxyHeadBytes) {
+        record_http_refusal("its head is larger than 16 KiB");
         reply(http_proxy_response(431, "nsbox egress: request head larger than 16 KiB\n"));
         return;
       }
@@ -283,6 +306,7 @@ class Session {
     }
     auto parsed = parse_http_proxy_request(std::string_view(buf_).substr(0, end));
     if (auto* e = std::get_if<HttpProxyError>(&parsed)) {
+      record_http_refusal(e->message);
       reply(http_proxy_response(e->status, "nsbox egress: " + e->message + "\n"));
       return;
     }
@@ -318,8 +342,12 @@ class Session {
     ParseState st;
     while ((st = parse_socks5_greeting(buf_, used, greeting)) == ParseState::kNeedMore)
       if (!fill(buf_.size() + 1)) return;
-    if (st == ParseState::kError) return;
+    if (st == ParseState::kError) {
+      record_refusal("socks5", "", 0, "malformed request: a SOCKS5 greeting offering no method");
+      return;
+    }
     if (!greeting.offers_no_auth) {
+      record_refusal("socks5", "", 0, "refused request: SOCKS5 without the no-authentication method");
       reply(std::string("\x05\xff", 2));  // no acceptable method
       return;
     }
@@ -329,6 +357,11 @@ class Session {
     while ((st = parse_socks5_request(buf_, used, req)) == ParseState::kNeedMore)
       if (!fill(buf_.size() + 1)) return;
     if (st == ParseState::kError) {
+      record_refusal(
+          "socks5", req.target.host, req.target.port,
+          req.error_reply == kSocksCommandNotSupported       ? "refused request: SOCKS5 commands other than CONNECT"
+          : req.error_reply == kSocksAddressTypeNotSupported ? "refused request: an unknown SOCKS5 address type"
+                                                             : "malformed request: a SOCKS5 request out of its format");
       reply(socks5_reply(req.error_reply));
       return;
     }
@@ -418,6 +451,37 @@ class Session {
                    err});
   }
 
+  // A request refused before any target was checked (malformed, or asking
+  // for what the proxy does not do) is recorded as denied like any other,
+  // so that such attempts show in the Result, the audit log and the
+  // metrics; it counts against max_connections, and past the cap it is
+  // counted only, as other requests are.
+  void record_refusal(const char* protocol, std::string_view target, uint16_t port, const std::string& reason) {
+    std::lock_guard lock(s_->mu);
+    EgressReport& r = s_->report;
+    ++r.denied;
+    if (s_->requests >= s_->policy.max_connections) {
+      r.connection_cap_hit = true;
+      return;
+    }
+    ++s_->requests;
+    r.connections.push_back({protocol, printable_target(target), port, "", EgressVerdict::kDenied, reason, 0, 0});
+  }
+
+  // An HTTP request refused by the parser, named by its request line's
+  // method (CONNECT or not) and target as the client wrote them.
+  void record_http_refusal(const std::string& why) {
+    const std::string_view line = std::string_view(buf_).substr(0, buf_.find_first_of("\r\n"));
+    const size_t method_end = line.find(' ');
+    const std::string_view method = line.substr(0, method_end);
+    std::string_view target;
+    if (method_end != std::string_view::npos) {
+      target = line.substr(method_end + 1);
+      target = target.substr(0, target.find(' '));
+    }
+    record_refusal(method == "CONNECT" ? "http-connect" : "http", target, 0, "malformed request: " + why);
+  }
+
   Decision record(ProxyProtocol protocol, const ProxyTarget& target, Decision d) {
     std::lock_guard lock(s_->mu);
     EgressReport& r = s_->report;
@@ -464,15 +528,15 @@ class Session {
     const size_t first = up.buf.size();
     if (size_t got = reserve_bytes(*s_, first); got < first) {
       s_->bytes_left += got;
-      std::lock_guard lock(s_->mu);
-      s_->report.byte_cap_hit = true;
+      byte_cap_reached(*s_);
       return false;
     }
     up.total = first;
     bool hung_up[2] = {false, false};  // POLLHUP seen where nothing was asked: stop polling it
     bool ok = true;
     while (ok && !(up.eof && down.eof && !up.pending() && !down.pending())) {
-      pollfd fds[3] = {{client_.get(), 0, 0}, {up_fd, 0, 0}, {s_->stop_fd.get(), POLLIN, 0}};
+      pollfd fds[4] = {
+          {client_.get(), 0, 0}, {up_fd, 0, 0}, {s_->stop_fd.get(), POLLIN, 0}, {s_->cap_fd.get(), POLLIN, 0}};
       auto want = [](Pipe& p, pollfd& from_pfd, pollfd& to_pfd) {
         if (p.pending())
           to_pfd.events |= POLLOUT;
@@ -483,9 +547,9 @@ class Session {
       want(down, fds[1], fds[0]);
       for (int i = 0; i < 2; ++i)
         if (hung_up[i] && fds[i].events == 0) fds[i].fd = -1;
-      int n = ::poll(fds, 3, -1);
+      int n = ::poll(fds, 4, -1);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 || fds[2].revents) break;
+      if (n < 0 || fds[2].revents || fds[3].revents) break;
       for (int i = 0; i < 2; ++i) {
         if (fds[i].revents & (POLLERR | POLLNVAL)) ok = false;
         if ((fds[i].revents & POLLHUP) && fds[i].events == 0) hung_up[i] = true;
@@ -547,8 +611,7 @@ class Session {
     if (!readable) return true;
     const size_t granted = reserve_bytes(*s_, want);
     if (granted == 0) {
-      std::lock_guard lock(s_->mu);
-      s_->report.byte_cap_hit = true;
+      byte_cap_reached(*s_);
       return false;
     }
     p.buf.resize(granted);
@@ -584,7 +647,8 @@ EgressProxy::EgressProxy(EgressPolicy policy, EgressTimeouts timeouts) : shared_
   shared_->bytes_left = shared_->policy.max_bytes;
   shared_->host_addresses = host_interface_addresses();
   shared_->stop_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!shared_->stop_fd) throw SysError("eventfd", "egress proxy", errno);
+  shared_->cap_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!shared_->stop_fd || !shared_->cap_fd) throw SysError("eventfd", "egress proxy", errno);
 }
 
 EgressProxy::~EgressProxy() { stop(); }
@@ -665,6 +729,7 @@ void EgressProxy::stop() {
   // Every session is done with it; lookups never use it. Closed here rather
   // than with the last reference, which a lookup thread may hold a while.
   shared_->stop_fd.reset();
+  shared_->cap_fd.reset();
 }
 
 EgressReport EgressProxy::report() const {

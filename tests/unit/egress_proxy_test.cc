@@ -429,22 +429,31 @@ TEST(EgressProxy, ConnectToAClosedPortIs502Failed) {
   EXPECT_EQ(rep.connections[0].address, "127.0.0.1");
 }
 
-TEST(EgressProxy, MalformedRequestsAreAnsweredAndNotRecorded) {
+// Each is an attempt the audit must show (a request for the metadata
+// service in a form the parser refuses is still one): recorded as denied,
+// with the request line's target as written, made printable.
+TEST(EgressProxy, MalformedRequestsAreAnsweredAndRecordedAsDenied) {
   NoFdLeak guard;
   Upstream up(Upstream::Mode::kHttp);
   RunningProxy px(allow_loopback({up.port()}));
   struct Case {
     std::string request;
     std::string status_line;
+    std::string recorded_target;
   };
+  const std::string versioned = "http://127.0.0.1:" + std::to_string(up.port()) + "/";
   for (const Case& k : std::vector<Case>{
-           {"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
-           {"GET https://127.0.0.1/ HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
-           {"GET http://127.0.0.1:" + std::to_string(up.port()) + "/ HTTP/2.0\r\n\r\n",
-            "HTTP/1.1 505 HTTP Version Not Supported\r\n"},
+           {"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", "/"},
+           {"GET https://127.0.0.1/ HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", "https://127.0.0.1/"},
+           {"GET " + versioned + " HTTP/2.0\r\n\r\n", "HTTP/1.1 505 HTTP Version Not Supported\r\n", versioned},
+           {"GET http://user@169.254.169.254/latest HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n",
+            "http://user@169.254.169.254/latest"},
+           {std::string("GET http://a\x01\xff/ HTTP/1.1\r\n\r\n"), "HTTP/1.1 400 Bad Request\r\n",
+            "http://a?"
+            "?/"},
            // One byte over the limit and no end: all of it is read before the answer.
            {"GET http://127.0.0.1/ HTTP/1.1\r\nX: " + std::string(kMaxProxyHeadBytes - 34, 'a'),
-            "HTTP/1.1 431 Request Header Fields Too Large\r\n"},
+            "HTTP/1.1 431 Request Header Fields Too Large\r\n", "http://127.0.0.1/"},
        }) {
     UniqueFd c = dial(px.port);
     ASSERT_TRUE(send_all(c.get(), k.request));
@@ -454,7 +463,45 @@ TEST(EgressProxy, MalformedRequestsAreAnsweredAndNotRecorded) {
   }
   px.proxy.stop();
   EXPECT_EQ(up.accepted(), 0u);
-  EXPECT_TRUE(px.proxy.report().connections.empty());
+  const EgressReport rep = px.proxy.report();
+  EXPECT_EQ(rep.denied, 6u);
+  ASSERT_EQ(rep.connections.size(), 6u);
+  const std::vector<std::string> targets = {"/",
+                                            "https://127.0.0.1/",
+                                            versioned,
+                                            "http://user@169.254.169.254/latest",
+                                            "http://a?"
+                                            "?/",
+                                            "http://127.0.0.1/"};
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const EgressConnection& c = rep.connections[i];
+    EXPECT_EQ(c.protocol, "http");
+    EXPECT_EQ(c.host, targets[i]);
+    EXPECT_STREQ(to_string(c.verdict), "denied");
+    EXPECT_EQ(c.reason.rfind("malformed request: ", 0), 0u) << c.reason;
+  }
+  EXPECT_EQ(rep.connections[5].reason, "malformed request: its head is larger than 16 KiB");
+}
+
+// They count against max_connections like any request: past it, counted only.
+TEST(EgressProxy, MalformedRequestsCountAgainstTheConnectionCap) {
+  NoFdLeak guard;
+  EgressPolicy p = allow_loopback({80});
+  p.max_connections = 2;
+  RunningProxy px(p);
+  for (int i = 0; i < 3; ++i) {
+    UniqueFd c = dial(px.port);
+    ASSERT_TRUE(send_all(c.get(), "CONNECT 169.254.169.254@x:80 HTTP/1.1\r\n\r\n"));
+    ReadResult r = read_to_eof(c.get());
+    EXPECT_EQ(r.data.rfind("HTTP/1.1 400 ", 0), 0u) << r.data;
+  }
+  px.proxy.stop();
+  const EgressReport rep = px.proxy.report();
+  EXPECT_EQ(rep.denied, 3u);
+  EXPECT_TRUE(rep.connection_cap_hit);
+  ASSERT_EQ(rep.connections.size(), 2u);
+  EXPECT_EQ(rep.connections[0].protocol, "http-connect");
+  EXPECT_EQ(rep.connections[0].host, "169.254.169.254@x:80");
 }
 
 // ---- HTTP forwarding ----
@@ -659,8 +706,28 @@ TEST(EgressProxy, Socks5RefusalsOnTheWire) {
     EXPECT_TRUE(r.closed());
     EXPECT_EQ(r.data, kSocksNoAuth + socks5_reply(kSocksNotAllowed));
   }
+  {
+    // UDP ASSOCIATE is not offered either.
+    UniqueFd c = dial(px.port);
+    std::string udp = socks_connect_ipv4(up.port());
+    udp[1] = '\x03';
+    ASSERT_TRUE(send_all(c.get(), kSocksGreeting + udp));
+    EXPECT_EQ(read_to_eof(c.get()).data, kSocksNoAuth + socks5_reply(kSocksCommandNotSupported));
+  }
   px.proxy.stop();
   EXPECT_EQ(up.accepted(), 0u);
+  // Every one is in the report, refused before a target was checked or not.
+  const EgressReport rep = px.proxy.report();
+  EXPECT_EQ(rep.denied, 4u);
+  ASSERT_EQ(rep.connections.size(), 4u);
+  for (const auto& c : rep.connections) {
+    EXPECT_EQ(c.protocol, "socks5");
+    EXPECT_STREQ(to_string(c.verdict), "denied");
+  }
+  EXPECT_EQ(rep.connections[0].reason, "refused request: SOCKS5 without the no-authentication method");
+  EXPECT_EQ(rep.connections[1].reason, "refused request: SOCKS5 commands other than CONNECT");
+  EXPECT_EQ(rep.connections[2].address, "10.0.0.1");
+  EXPECT_EQ(rep.connections[3].reason, "refused request: SOCKS5 commands other than CONNECT");
 }
 
 TEST(EgressProxy, Socks5ConnectionRefused) {
@@ -802,6 +869,34 @@ TEST(EgressProxy, ByteCapCutsTheRelay) {
   EXPECT_GT(rep.bytes_received, 0u);
   ASSERT_EQ(rep.connections.size(), 1u);
   EXPECT_EQ(rep.connections[0].bytes_received, rep.bytes_received);
+}
+
+// At the cap every tunnel of the run is closed, an idle one too: not only
+// the next one to read.
+TEST(EgressProxy, ByteCapClosesEveryTunnelOfTheRun) {
+  NoFdLeak guard;
+  Upstream up(Upstream::Mode::kEcho);
+  EgressPolicy p = allow_loopback({up.port()});
+  p.max_bytes = 1000;
+  RunningProxy px(p);
+  UniqueFd idle = dial(px.port);
+  ASSERT_TRUE(send_all(idle.get(), connect_head(loopback_authority(up.port()))));
+  EXPECT_EQ(read_exact(idle.get(), kEstablished.size()), kEstablished);
+  UniqueFd busy = dial(px.port);
+  ASSERT_TRUE(send_all(busy.get(), connect_head(loopback_authority(up.port()))));
+  EXPECT_EQ(read_exact(busy.get(), kEstablished.size()), kEstablished);
+  send_all(busy.get(), std::string(4000, 'x'));  // may be cut short by the close
+  EXPECT_TRUE(read_to_eof(busy.get()).closed());
+  // Well before the upstream's own idle timeout (kIoTimeoutMs) would end it.
+  set_io_timeouts(idle.get(), kIoTimeoutMs / 3);
+  const ReadResult r = read_to_eof(idle.get());
+  EXPECT_TRUE(r.closed()) << "the idle tunnel is still open past the cap (errno " << r.err << ")";
+  EXPECT_EQ(r.data, "") << "it carried nothing";
+  px.proxy.stop();
+  up.stop();
+  const EgressReport rep = px.proxy.report();
+  EXPECT_TRUE(rep.byte_cap_hit);
+  EXPECT_LE(rep.bytes_sent + rep.bytes_received, 1000u);
 }
 
 TEST(EgressProxy, ByteCapCountsAForwardedHead) {
@@ -974,8 +1069,11 @@ TEST(EgressProxy, AFloodOfConnectionsWithoutRequestsClosesTheListener) {
   }
   EXPECT_EQ(refused, 1) << "the proxy kept accepting";
   px.proxy.stop();
-  EXPECT_TRUE(px.proxy.report().connection_cap_hit);
-  EXPECT_EQ(px.proxy.report().denied, 0u) << "malformed requests are not decisions";
+  const EgressReport rep = px.proxy.report();
+  EXPECT_TRUE(rep.connection_cap_hit);
+  // Each was a malformed request: the first 16 listed, every one counted.
+  EXPECT_EQ(rep.connections.size(), 16u);
+  EXPECT_EQ(rep.denied, 64u);
 }
 
 TEST(EgressEnvironment, ClientsFindTheProxyAndKeepTheirOwnLoopback) {
