@@ -171,7 +171,8 @@ NodeConfig load_node_config_or_explain(const std::string& file) {
   try {
     return file.empty() ? builtin_node_config(search) : load_node_config(file, search);
   } catch (const ProfileError& e) {
-    throw UsageError(std::string("--config: ") + e.what());
+    throw UsageError((file.empty() ? std::string("the built-in node's default profile: ") : std::string("--config: ")) +
+                     e.what());
   }
 }
 

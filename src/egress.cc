@@ -231,13 +231,16 @@ size_t reserve_bytes(Shared& s, size_t want) {
   }
 }
 
-// The run's byte cap is spent: said in the report, and every relay of the
-// run ends (an idle tunnel too, not only the next one to read).
+// A relay found no room left in the run's byte cap: said in the report.
+// Once the cap is spent to the last byte, every relay of the run ends (an
+// idle tunnel too, not only the next one to read); a relay refused for a
+// first message larger than what is left ends alone.
 void byte_cap_reached(Shared& s) {
   {
     std::lock_guard lock(s.mu);
     s.report.byte_cap_hit = true;
   }
+  if (s.bytes_left.load() != 0) return;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(s.cap_fd.get(), &one, sizeof one);
 }

@@ -118,6 +118,11 @@ constexpr const char* kSocketFamiliesText = "AF_UNIX, AF_INET, AF_INET6, AF_NETL
 // protocols (audit, uevents, socket diagnostics, generic families) are more
 // of the same surface.
 constexpr int kNetlinkProtocol = NETLINK_ROUTE;
+// socket(2)'s type without SOCK_NONBLOCK and SOCK_CLOEXEC (the kernel's
+// SOCK_TYPE_MASK).
+constexpr uint64_t kSocketTypeMask = 0xf;
+// The types an allow list lets IPv4 sockets have: not SOCK_PACKET.
+constexpr int kInetSocketTypes[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET};
 
 // personality(0xffffffff) only queries; any other value changes the execution
 // domain (e.g. ADDR_NO_RANDOMIZE turns off ASLR).
@@ -218,32 +223,64 @@ namespace {
 constexpr const char* kSocketFamilyReason =
     "vsock reaches past the network namespace; other families are kernel attack surface";
 
-// Adds a rule with `action` to syscall for every value of its argument
-// `arg` (its low 32 bits, as the kernel reads an int) but those in `except`:
-// one below the lowest, one above the highest, one per value between them
-// (libseccomp takes one comparison per argument and rule).
-void act_on_arg_except(scmp_filter_ctx ctx, uint32_t action, const char* syscall, unsigned arg,
-                       const std::vector<uint32_t>& except) {
+// Adds a rule with `action` (a denial) to syscall for every value of its
+// argument `arg` but those in `except`: one below the lowest, one above the
+// highest, one per value between them (libseccomp takes one comparison per
+// argument and rule). The comparisons are on all 64 bits, so a value with
+// junk in its upper half, which the kernel would read as its low half, is
+// above the highest and denied too: fail closed.
+void deny_arg_except(scmp_filter_ctx ctx, uint32_t action, const char* syscall, unsigned arg,
+                     const std::vector<uint32_t>& except) {
   const int nr = resolve(syscall);
   const uint32_t low = *std::min_element(except.begin(), except.end());
   const uint32_t high = *std::max_element(except.begin(), except.end());
-  if (low > 0) check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_LT, low)), syscall);
-  if (high < UINT32_MAX) check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_GT, high)), syscall);
+  if (low > 0) check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP64(arg, SCMP_CMP_LT, low)), syscall);
+  check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP64(arg, SCMP_CMP_GT, high)), syscall);
   for (uint32_t value = low + 1; value < high; ++value) {
     if (std::find(except.begin(), except.end(), value) == except.end())
-      check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP32(arg, SCMP_CMP_EQ, value)), syscall);
+      check(seccomp_rule_add(ctx, action, nr, 1, SCMP_CMP64(arg, SCMP_CMP_EQ, value)), syscall);
   }
 }
 
-// socket(2) of a family outside kSocketFamilies, or of netlink with another
-// protocol, and socketpair(2) of anything but AF_UNIX get `action`.
+// Allows syscall for every value of its argument `arg` whose low 32 bits
+// (all the kernel reads of an int or unsigned int argument) are not in
+// `except`, whatever the upper half holds: a plain "greater than" would let
+// TIOCSTI | 1 << 32 through as a large value, and the kernel would run it as
+// TIOCSTI. The allowed low words are covered by aligned power-of-two blocks,
+// each one masked comparison that ignores the upper half.
+void allow_low_word_except(scmp_filter_ctx ctx, const char* syscall, unsigned arg, std::vector<uint32_t> except) {
+  const int nr = resolve(syscall);
+  std::sort(except.begin(), except.end());
+  auto allow_range = [&](uint64_t first, uint64_t last) {  // inclusive, within [0, 2^32)
+    while (first <= last) {
+      uint64_t size = first == 0 ? (1ull << 32) : (first & (~first + 1));  // the alignment of first
+      while (first + size - 1 > last) size >>= 1;
+      const uint64_t mask = 0xffffffffull & ~(size - 1);
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_CMP64(arg, SCMP_CMP_MASKED_EQ, mask, first)), syscall);
+      first += size;
+    }
+  };
+  uint64_t next = 0;
+  for (const uint32_t value : except) {
+    if (value > next) allow_range(next, value - 1ull);
+    next = value + 1ull;
+  }
+  if (next <= 0xffffffffull) allow_range(next, 0xffffffffull);
+}
+
+// socket(2) of a family outside kSocketFamilies, of netlink with another
+// protocol, or of AF_INET with SOCK_PACKET (which the kernel turns into a
+// packet socket), and socketpair(2) of anything but AF_UNIX get `action`.
 void deny_other_socket_families(scmp_filter_ctx ctx, uint32_t action) {
-  act_on_arg_except(ctx, action, "socket", 0,
-                    std::vector<uint32_t>(std::begin(kSocketFamilies), std::end(kSocketFamilies)));
+  deny_arg_except(ctx, action, "socket", 0,
+                  std::vector<uint32_t>(std::begin(kSocketFamilies), std::end(kSocketFamilies)));
   check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
                          SCMP_A2_32(SCMP_CMP_NE, kNetlinkProtocol)),
         "socket netlink");
-  act_on_arg_except(ctx, action, "socketpair", 0, {AF_UNIX});
+  check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
+                         SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, SOCK_PACKET)),
+        "socket SOCK_PACKET");
+  deny_arg_except(ctx, action, "socketpair", 0, {AF_UNIX});
 }
 
 }  // namespace
@@ -283,6 +320,7 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
   deny_other_socket_families(ctx.get(), action(EPERM));
   rules.push_back({"socket", std::string("family is not ") + kSocketFamiliesText, eperm, kSocketFamilyReason});
   rules.push_back({"socket", "family is AF_NETLINK, protocol is not NETLINK_ROUTE", eperm, kSocketFamilyReason});
+  rules.push_back({"socket", "family is AF_INET, type is SOCK_PACKET", eperm, "a packet socket under another name"});
   rules.push_back({"socketpair", "family is not AF_UNIX", eperm, kSocketFamilyReason});
   check(
       seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1, SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
@@ -343,20 +381,29 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
     } else if (name == "ioctl") {
       std::vector<uint32_t> denied;
       for (const auto& [request, request_name] : kDeniedIoctls) denied.push_back(static_cast<uint32_t>(request));
-      act_on_arg_except(ctx.get(), SCMP_ACT_ALLOW, "ioctl", 1, denied);
-      rules.push_back({"ioctl", "request is not TIOCSTI or TIOCLINUX", "ALLOW", "terminal and device control"});
+      allow_low_word_except(ctx.get(), "ioctl", 1, denied);
+      rules.push_back(
+          {"ioctl", "request (its low 32 bits) is not TIOCSTI or TIOCLINUX", "ALLOW", "terminal and device control"});
     } else if (name == "socket") {
       for (const int family : kSocketFamilies) {
-        if (family == AF_NETLINK)
+        if (family == AF_NETLINK) {
           check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
                                  SCMP_A2_32(SCMP_CMP_EQ, kNetlinkProtocol)),
                 "socket netlink");
-        else
+        } else if (family == AF_INET) {
+          for (const int type : kInetSocketTypes)
+            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, static_cast<uint64_t>(type))),
+                  "socket AF_INET");
+        } else {
           check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 1, SCMP_A0_32(SCMP_CMP_EQ, family)),
                 "socket");
+        }
       }
-      rules.push_back({"socket", std::string("family is ") + kSocketFamiliesText + " (netlink: NETLINK_ROUTE only)",
-                       "ALLOW", kSocketFamilyReason});
+      rules.push_back(
+          {"socket",
+           std::string("family is ") + kSocketFamiliesText + " (netlink: NETLINK_ROUTE only; AF_INET: not SOCK_PACKET)",
+           "ALLOW", kSocketFamilyReason});
     } else if (name == "socketpair") {
       check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socketpair"), 1, SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)),
             "socketpair");

@@ -1,5 +1,7 @@
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "fixture.h"
 
 namespace nsbox::testing {
@@ -53,7 +55,8 @@ TEST(Doctor, SizesHostRootsQuotasForTheNodesRuns) {
   TempDir dir;
   dir.write("few.yaml", "name: few\nextends: default\nlimits:\n  inotify_instances: 2\n");
   const uint64_t host = host_inotify_instances();
-  const uint64_t fitting = host / 2 - 1;  // x 2 each leaves root some
+  constexpr uint64_t kMostConcurrent = 4096;                         // what max_concurrent may say
+  const uint64_t fitting = std::min(host / 2 - 1, kMostConcurrent);  // x 2 each leaves root some
   const std::string fits =
       dir.write("fits.yaml", "tenants:\n  - name: a\n    profile: " + dir.path() + "/few.yaml\n  - name: b\n" +
                                  "    profile: " + dir.path() +
@@ -72,16 +75,19 @@ TEST(Doctor, SizesHostRootsQuotasForTheNodesRuns) {
   EXPECT_EQ(ok.out.find("profile few\n"), ok.out.rfind("profile few\n")) << ok.out;
   EXPECT_NE(ok.out.find("ok    test launch of /bin/true under profile few"), std::string::npos) << ok.out;
 
-  // The default profile's 8 each, one run more than host root's quota holds.
-  const uint64_t too_many = host / 8 + 1;
-  const std::string crowded = dir.write(
-      "crowded.yaml",
-      "tenants:\n  - {name: a, profile: default}\nlimits:\n  max_concurrent: " + std::to_string(too_many) + "\n");
+  // One run more than host root's quota holds, each with `each` instances
+  // (the default 8, or more on a host whose quota is past 4096 runs' worth).
+  const uint64_t each = std::max<uint64_t>(8, host / (kMostConcurrent - 1));
+  const uint64_t too_many = host / each + 1;
+  dir.write("many.yaml", "name: many\nextends: default\nlimits:\n  inotify_instances: " + std::to_string(each) + "\n");
+  const std::string crowded =
+      dir.write("crowded.yaml", "tenants:\n  - {name: a, profile: " + dir.path() +
+                                    "/many.yaml}\nlimits:\n  max_concurrent: " + std::to_string(too_many) + "\n");
   CliResult warned = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", crowded});
   EXPECT_EQ(warned.exit_code, 0) << "a quota to raise is a warning\n" << warned.out;
   EXPECT_NE(warned.out.find("warn  inotify instances: fs.inotify.max_user_instances=" + std::to_string(host) +
-                            "; the runs could hold " + std::to_string(too_many) +
-                            " x 8 = " + std::to_string(too_many * 8) + " of it: all of host root's"),
+                            "; the runs could hold " + std::to_string(too_many) + " x " + std::to_string(each) + " = " +
+                            std::to_string(too_many * each) + " of it: all of host root's"),
             std::string::npos)
       << warned.out;
 

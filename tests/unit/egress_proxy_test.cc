@@ -871,6 +871,14 @@ TEST(EgressProxy, ByteCapCutsTheRelay) {
   EXPECT_EQ(rep.connections[0].bytes_received, rep.bytes_received);
 }
 
+// A CONNECT tunnel through the proxy to 127.0.0.1:up_port, established.
+UniqueFd open_tunnel(uint16_t proxy_port, uint16_t up_port) {
+  UniqueFd c = dial(proxy_port);
+  EXPECT_TRUE(send_all(c.get(), connect_head(loopback_authority(up_port))));
+  EXPECT_EQ(read_exact(c.get(), kEstablished.size()), kEstablished);
+  return c;
+}
+
 // At the cap every tunnel of the run is closed, an idle one too: not only
 // the next one to read.
 TEST(EgressProxy, ByteCapClosesEveryTunnelOfTheRun) {
@@ -879,12 +887,8 @@ TEST(EgressProxy, ByteCapClosesEveryTunnelOfTheRun) {
   EgressPolicy p = allow_loopback({up.port()});
   p.max_bytes = 1000;
   RunningProxy px(p);
-  UniqueFd idle = dial(px.port);
-  ASSERT_TRUE(send_all(idle.get(), connect_head(loopback_authority(up.port()))));
-  EXPECT_EQ(read_exact(idle.get(), kEstablished.size()), kEstablished);
-  UniqueFd busy = dial(px.port);
-  ASSERT_TRUE(send_all(busy.get(), connect_head(loopback_authority(up.port()))));
-  EXPECT_EQ(read_exact(busy.get(), kEstablished.size()), kEstablished);
+  UniqueFd idle = open_tunnel(px.port, up.port());
+  UniqueFd busy = open_tunnel(px.port, up.port());
   send_all(busy.get(), std::string(4000, 'x'));  // may be cut short by the close
   EXPECT_TRUE(read_to_eof(busy.get()).closed());
   // Well before the upstream's own idle timeout (kIoTimeoutMs) would end it.
@@ -897,6 +901,29 @@ TEST(EgressProxy, ByteCapClosesEveryTunnelOfTheRun) {
   const EgressReport rep = px.proxy.report();
   EXPECT_TRUE(rep.byte_cap_hit);
   EXPECT_LE(rep.bytes_sent + rep.bytes_received, 1000u);
+}
+
+// A forwarded head larger than what is left of the cap ends its own
+// request only: the cap is not spent, and other tunnels go on.
+TEST(EgressProxy, AHeadOverWhatIsLeftEndsOnlyItsOwnRequest) {
+  NoFdLeak guard;
+  Upstream up(Upstream::Mode::kEcho);
+  EgressPolicy p = allow_loopback({up.port()});
+  p.max_bytes = 100;
+  RunningProxy px(p);
+  UniqueFd tunnel = open_tunnel(px.port, up.port());
+  {
+    UniqueFd big = dial(px.port);
+    ASSERT_TRUE(send_all(
+        big.get(), "GET http://" + loopback_authority(up.port()) + "/" + std::string(200, 'a') + " HTTP/1.1\r\n\r\n"));
+    EXPECT_EQ(read_to_eof(big.get()).data.rfind("HTTP/1.1 403 Forbidden\r\n", 0), 0u);
+  }
+  ASSERT_TRUE(send_all(tunnel.get(), "ping"));
+  EXPECT_EQ(read_exact(tunnel.get(), 4), "ping") << "the tunnel was closed while 100 bytes were left";
+  tunnel.reset();
+  px.proxy.stop();
+  up.stop();
+  EXPECT_TRUE(px.proxy.report().byte_cap_hit);
 }
 
 TEST(EgressProxy, ByteCapCountsAForwardedHead) {

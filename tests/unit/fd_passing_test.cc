@@ -145,6 +145,29 @@ TEST(ForkMessages, TheDueStepGivesItsSendersPidAndKeepsItsFd) {
   EXPECT_EQ(byte, 'x');
 }
 
+// Only the first fd of a step is kept, and only where one is asked for:
+// the rest are closed, not leaked into nsbox.
+TEST(ForkMessages, OnlyTheFirstFdOfAStepIsKeptAndOnlyWhereAskedFor) {
+  SocketPair ch = seqpacket_pair();
+  const int on = 1;
+  ASSERT_EQ(::setsockopt(ch.ours.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on), 0) << errno;
+  Pipe errors = make_pipe();
+  Pipe first = make_pipe(), second = make_pipe(), unasked = make_pipe();
+  const int two[] = {first.write.get(), second.write.get()};
+  send_with_fds(ch.theirs.get(), "U", two, 2, "step");
+  const int one[] = {unasked.write.get()};
+  send_with_fds(ch.theirs.get(), "L", one, 1, "step");
+  first.write.reset();
+  second.write.reset();
+  unasked.write.reset();
+  UniqueFd got;
+  EXPECT_EQ(expect_from_fork(ch.ours.get(), 'U', errors.read.get(), "run init", &got), ::getpid());
+  EXPECT_FALSE(at_eof(first.read.get())) << "the first fd was not kept";
+  EXPECT_TRUE(at_eof(second.read.get())) << "the second fd was leaked";
+  EXPECT_EQ(expect_from_fork(ch.ours.get(), 'L', errors.read.get(), "listener"), ::getpid());
+  EXPECT_TRUE(at_eof(unasked.read.get())) << "an fd nobody asked for was leaked";
+}
+
 // An older rootfs's run init says 'I' where this nsbox expects 'U': the run
 // is refused with what to do, and the fd that came with it is not leaked.
 TEST(ForkMessages, AnotherTagIsRefusedAsAnotherVersionAndWhatCameWithItClosed) {

@@ -1,6 +1,17 @@
 #include "nsbox/seccomp.h"
 
+#include <linux/netlink.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <cerrno>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -84,6 +95,78 @@ TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
   // filter chain may have.
   EXPECT_FALSE(fork.notifies());
   EXPECT_TRUE(def.notifies());
+}
+
+// What the filter answers each call with, in a child that loads it without a
+// listener: a call its rules refuse then fails with ENOSYS, which the kernel
+// gives none of these calls, so the filter's refusal is told apart from the
+// kernel's own (EPERM for want of a capability, EBADF, ENOTTY). Each call is
+// {nr, a0, a1, a2, a3}; the answer is 0 for success or the errno.
+std::vector<int> answers_under(const SeccompProgram& p, const std::vector<std::array<long, 5>>& calls) {
+  int out[2];
+  EXPECT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(out[0]);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || load_seccomp_program(p.program(), nullptr) != 0) ::_exit(1);
+    std::vector<int> answers;
+    for (const auto& c : calls) {
+      const long r = ::syscall(c[0], c[1], c[2], c[3], c[4]);
+      answers.push_back(r < 0 ? errno : 0);
+      if (r > 0 && c[0] == SYS_socket) ::close(static_cast<int>(r));
+    }
+    const ssize_t size = static_cast<ssize_t>(answers.size() * sizeof(int));
+    ::_exit(::write(out[1], answers.data(), static_cast<size_t>(size)) == size ? 0 : 2);
+  }
+  ::close(out[1]);
+  std::vector<int> answers(calls.size(), -1);
+  const ssize_t size = static_cast<ssize_t>(answers.size() * sizeof(int));
+  EXPECT_EQ(::read(out[0], answers.data(), static_cast<size_t>(size)), size);
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  return answers;
+}
+
+constexpr long kHighJunk = 1L << 32;
+
+TEST(DefaultPolicy, RefusesSocketsOfOtherFamiliesInTheFilterItself) {
+  int pair[2];
+  const auto answers = answers_under(SeccompProgram::default_policy(),
+                                     {{SYS_socket, AF_VSOCK, SOCK_STREAM, 0},
+                                      {SYS_socket, AF_INET, SOCK_PACKET, 0},
+                                      {SYS_socket, AF_INET, SOCK_PACKET | SOCK_CLOEXEC, 0},
+                                      {SYS_socket, AF_INET | kHighJunk, SOCK_STREAM, 0},
+                                      {SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_AUDIT},
+                                      {SYS_socketpair, AF_INET, SOCK_STREAM, 0},
+                                      {SYS_socket, AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0},
+                                      {SYS_socket, AF_INET6, SOCK_DGRAM, 0},
+                                      {SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE},
+                                      {SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, reinterpret_cast<long>(pair)}});
+  EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0, 0, 0, 0}));
+}
+
+// An allow list reads ioctl's request as the kernel does, by its low 32
+// bits: TIOCSTI with junk above them is still TIOCSTI (it injected input
+// into the caller's terminal under `strict` before), and any other request
+// with junk still passes to the kernel (EBADF here).
+TEST(StrictPolicy, RefusesTheTerminalIoctlsWhateverTheUpperBitsAndSocketsOfOtherFamilies) {
+  const auto answers = answers_under(SeccompProgram::strict_policy(),
+                                     {{SYS_ioctl, -1, TIOCSTI, 0},
+                                      {SYS_ioctl, -1, TIOCSTI | kHighJunk, 0},
+                                      {SYS_ioctl, -1, static_cast<long>(TIOCLINUX | 0xffffffff00000000ul), 0},
+                                      {SYS_socket, AF_VSOCK, SOCK_STREAM, 0},
+                                      {SYS_socket, AF_INET, SOCK_PACKET, 0},
+                                      {SYS_ioctl, -1, FIONREAD, 0},
+                                      {SYS_ioctl, -1, FIONREAD | kHighJunk, 0},
+                                      {SYS_ioctl, -1, 0, 0},
+                                      {SYS_ioctl, -1, 0xffffffffL, 0},
+                                      {SYS_ioctl, -1, TIOCSTI + 1, 0},
+                                      {SYS_socket, AF_INET, SOCK_DGRAM, 0},
+                                      {SYS_socket, AF_UNIX, SOCK_STREAM, 0}});
+  EXPECT_EQ(answers,
+            (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, EBADF, EBADF, EBADF, EBADF, EBADF, 0, 0}));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 """Open sockets of families the network namespace does not confine or that
 only add kernel attack surface: vsock (on a VM host it reaches the
 hypervisor and other guests past any netns), AF_ALG, RDS, TIPC, CAN, XDP,
-packet, key; netlink beyond routing (audit, uevents, socket diagnostics,
+packet (also as AF_INET with SOCK_PACKET), key; netlink beyond routing (audit, uevents, socket diagnostics,
 generic, netfilter, xfrm); socketpair of anything but AF_UNIX. The filter
 must refuse each with EPERM (a kernel without the family would say
 EAFNOSUPPORT: that is no proof), also with junk in the argument's upper bits."""
@@ -13,7 +13,8 @@ def main(args):
              ("socket", (AF_VSOCK | (1 << 32), stream, 0)), ("socket", (AF_ALG, seqpacket, 0)),
              ("socket", (AF_RDS, seqpacket, 0)), ("socket", (AF_TIPC, dgram, 0)), ("socket", (AF_CAN, dgram, 2)),
              ("socket", (AF_XDP, raw, 0)), ("socket", (AF_PACKET, dgram, 0)), ("socket", (AF_KEY, raw, 2)),
-             ("socket", (0, stream, 0)), ("socket", (4096, stream, 0))]
+             ("socket", (0, stream, 0)), ("socket", (4096, stream, 0)),
+             ("socket", (socket.AF_INET, 10, 0))]  # SOCK_PACKET: a packet socket under another name
     for protocol in (9, 15, 4, 16, 12, 6):  # audit, kobject uevent, sock_diag, generic, netfilter, xfrm
         calls.append(("socket", (AF_NETLINK, raw, protocol)))
     pair = (ctypes.c_int * 2)()
