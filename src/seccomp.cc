@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <iterator>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "nsbox/error.h"
@@ -81,6 +83,7 @@ constexpr DenyRule kDenyRules[] = {
     {"iopl", EPERM, "raw port I/O"},
     {"ioperm", EPERM, "raw port I/O"},
     {"uselib", EPERM, "obsolete loader with a history of bugs"},
+    {"modify_ldt", EPERM, "per-process segment descriptors: a source of kernel bugs no runtime uses"},
     {"vhangup", EPERM, "hanging up terminals"},
     {"sethostname", EPERM, "the hostname is set by nsbox"},
     {"setdomainname", EPERM, "the domain name is set by nsbox"},
@@ -123,6 +126,13 @@ constexpr int kNetlinkProtocol = NETLINK_ROUTE;
 constexpr uint64_t kSocketTypeMask = 0xf;
 // The types an allow list lets IPv4 sockets have: not SOCK_PACKET.
 constexpr int kInetSocketTypes[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET};
+
+// Syscall numbers above the newest this libseccomp names, up to this one,
+// answer ENOSYS in a deny list: calls added to the kernel after the policy
+// was written (statmount, mseal, open_tree_attr, ...) are surface no rule
+// has weighed, and runtimes fall back from ENOSYS. Beyond it the x32 and
+// foreign-ABI rules, and the kernel's own ENOSYS, take over.
+constexpr int kNewestDeniedNr = 511;
 
 // personality(0xffffffff) only queries; any other value changes the execution
 // domain (e.g. ADDR_NO_RANDOMIZE turns off ASLR).
@@ -268,6 +278,17 @@ void allow_low_word_except(scmp_filter_ctx ctx, const char* syscall, unsigned ar
   if (next <= 0xffffffffull) allow_range(next, 0xffffffffull);
 }
 
+// The highest x86_64 syscall number libseccomp has a name for.
+int newest_known_syscall() {
+  int newest = 0;
+  for (int nr = 0; nr <= kNewestDeniedNr; ++nr) {
+    char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr);
+    if (name) newest = nr;
+    std::free(name);
+  }
+  return newest;
+}
+
 // socket(2) of a family outside kSocketFamilies, of netlink with another
 // protocol, or of AF_INET with SOCK_PACKET (which the kernel turns into a
 // packet socket), and socketpair(2) of anything but AF_UNIX get `action`.
@@ -317,6 +338,11 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
     rules.push_back(
         {"ioctl", std::string("request is ") + name, eperm, "injecting input into or steering a shared terminal"});
   }
+  const int newest_known = newest_known_syscall();
+  for (int nr = newest_known + 1; nr <= kNewestDeniedNr; ++nr)
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), nr, 0), "syscall " + std::to_string(nr));
+  rules.push_back({"(newer)", "number above the newest this libseccomp names, up to 511", "ENOSYS",
+                   "calls newer than the policy are kernel surface no rule has weighed; runtimes fall back"});
   deny_other_socket_families(ctx.get(), action(EPERM));
   rules.push_back({"socket", std::string("family is not ") + kSocketFamiliesText, eperm, kSocketFamilyReason});
   rules.push_back({"socket", "family is AF_NETLINK, protocol is not NETLINK_ROUTE", eperm, kSocketFamilyReason});

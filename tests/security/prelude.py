@@ -27,7 +27,8 @@ NR = {
     "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "process_vm_writev": 311,
     "swapoff": 168, "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
     "quotactl": 179, "quotactl_fd": 443, "lookup_dcookie": 212, "uselib": 134, "vhangup": 153,
-    "socket": 41, "socketpair": 53,
+    "socket": 41, "socketpair": 53, "modify_ldt": 154, "statmount": 457, "listmount": 458, "mseal": 462,
+    "open_tree_attr": 467, "file_getattr": 468,
 }
 
 

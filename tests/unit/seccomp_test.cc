@@ -147,6 +147,18 @@ TEST(DefaultPolicy, RefusesSocketsOfOtherFamiliesInTheFilterItself) {
   EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0, 0, 0, 0}));
 }
 
+// On a kernel with them (6.8 and later), these calls reach the kernel
+// unless the filter answers: EFAULT, EINVAL or EBADF for these arguments.
+TEST(DefaultPolicy, AnswersCallsNewerThanThePolicyWithEnosysInTheFilterItself) {
+  const auto answers = answers_under(SeccompProgram::default_policy(), {{457, 0, 0, 0, 0},     // statmount
+                                                                        {462, 1, 4096, 0, 0},  // mseal
+                                                                        {467, -1, 0, 0, 0},    // open_tree_attr
+                                                                        {511, 0, 0, 0, 0},
+                                                                        {SYS_futex_waitv, 0, 0, 0, 0}});
+  EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, EINVAL}))
+      << "futex_waitv, which libseccomp names, is left to the kernel";
+}
+
 // An allow list reads ioctl's request as the kernel does, by its low 32
 // bits: TIOCSTI with junk above them is still TIOCSTI (it injected input
 // into the caller's terminal under `strict` before), and any other request

@@ -10,7 +10,7 @@
 // denied: init_module finit_module delete_module open_by_handle_at name_to_handle_at acct
 // denied: swapon swapoff reboot syslog settimeofday clock_settime clock_adjtime adjtimex
 // denied: quotactl quotactl_fd lookup_dcookie iopl ioperm uselib vhangup sethostname setdomainname
-// denied: personality ioctl socket socketpair
+// denied: personality ioctl socket socketpair modify_ldt
 const NOWHERE = '/nonexistent-nsbox';
 // [name, x86_64 number, arguments]: a string is passed as a C string.
 const CALLS = [
@@ -32,6 +32,7 @@ const CALLS = [
   ['vhangup', 153, []], ['sethostname', 170, [0, 0]], ['setdomainname', 171, [0, 0]],
   ['personality', 135, [0x0040000]], ['ioctl', 16, [-1, 0x5412, 0]], // TIOCSTI
   ['socket', 41, [40, 1, 0]], ['socketpair', 53, [2, 1, 0, 0]], // AF_VSOCK; AF_INET, no array
+  ['modify_ldt', 154, [0, 0, 0]], // read 0 bytes
 ];
 const CALLER = `
 import ctypes, json, sys
