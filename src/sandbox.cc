@@ -776,16 +776,15 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     st->cgroup = make_cgroup(spec, result.warnings, unenforced, st->cpu_time_by_cgroup);
     RunCgroup* cgroup = st->cgroup.get();
     st->cpu_weight_lowered = lower_start_weight(cgroup, start_cpu_weight);
-    const bool makes_runs = spec.makes_runs;
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra :
          standin_rlimits(spec.limits, unenforced, spec.limits.cpu_time.count() > 0 && !st->cpu_time_by_cgroup))
       rlimits.push_back(extra);
-    const std::vector<RlimitSetting> init_rlimits = makes_runs ? std::vector<RlimitSetting>{} : charged_rlimits();
+    const std::vector<RlimitSetting> init_rlimits = spec.makes_runs ? std::vector<RlimitSetting>{} : charged_rlimits();
     rlimits.insert(rlimits.end(), init_rlimits.begin(), init_rlimits.end());
     const std::vector<UserNsQuota> quotas =
-        makes_runs ? std::vector<UserNsQuota>{}
-                   : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
+        spec.makes_runs ? std::vector<UserNsQuota>{}
+                        : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
 
     st->sync = Pipe::create();
     Pipe& sync = st->sync;

@@ -226,10 +226,6 @@ uint32_t quiet_deny_action(int err) {
   return err == EPERM ? SCMP_ACT_TRACE(0) : SCMP_ACT_ERRNO(static_cast<uint32_t>(err));
 }
 
-}  // namespace
-
-namespace {
-
 constexpr const char* kSocketFamilyReason =
     "vsock reaches past the network namespace; other families are kernel attack surface";
 
