@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -84,6 +85,35 @@ std::vector<json> egress_audit_records(const AuditContext& ctx, const json& r) {
   return out;
 }
 
+json refusal_record(const RefusalContext& ctx) {
+  json j;
+  j["time"] = utc_timestamp();
+  j["event"] = "refused";
+  j["client"] = ctx.client;
+  j["method"] = ctx.method;
+  j["path"] = ctx.path.size() > kAuditPathMax ? ctx.path.substr(0, kAuditPathMax) : ctx.path;
+  j["tenant"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.tenant);
+  j["status"] = ctx.status;
+  j["reason"] = ctx.reason;
+  j["message"] = ctx.message;
+  return j;
+}
+
+bool RefusalBudget::take(Clock::time_point now) {
+  if (now - window_start_ >= std::chrono::seconds(1)) {
+    window_start_ = now;
+    used_ = 0;
+  }
+  if (used_ < per_second_) {
+    ++used_;
+    return true;
+  }
+  ++suppressed_;
+  return false;
+}
+
+uint64_t RefusalBudget::take_suppressed() { return std::exchange(suppressed_, 0); }
+
 AuditLog::AuditLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   // Created 0600 before spdlog opens it: the log names tenants and code hashes.
@@ -101,9 +131,40 @@ AuditLog::AuditLog(const std::string& path) : path_(path) {
   logger_->flush_on(spdlog::level::info);
 }
 
-AuditLog::~AuditLog() = default;
+AuditLog::~AuditLog() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_suppressed_locked();
+}
 
 void AuditLog::write(const json& record) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_suppressed_locked();
+  write_locked(record);
+}
+
+void AuditLog::refused(const json& record, RefusalBudget::Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!refusals_.take(now)) return;
+  write_suppressed_locked();
+  write_locked(record);
+}
+
+void AuditLog::write_suppressed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  write_suppressed_locked();
+}
+
+void AuditLog::write_suppressed_locked() {
+  const uint64_t count = refusals_.take_suppressed();
+  if (count == 0) return;
+  json j;
+  j["time"] = utc_timestamp();
+  j["event"] = "refusals_suppressed";
+  j["count"] = count;
+  write_locked(j);
+}
+
+void AuditLog::write_locked(const json& record) {
   if (!logger_) return;
   logger_->info(record.dump(-1, ' ', false, json::error_handler_t::replace));
 }

@@ -357,10 +357,14 @@ class Node {
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
   void reply(const httplib::Request& req, httplib::Response& res, int status, const std::string& body) const;
-  // A refusal, counted in the metrics by reason.
+  // A refusal, counted in the metrics by reason and written to the audit
+  // log; tenant is null before (or without) authentication.
   void reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
-              const std::string& message) const;
-  void refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const;
+              const std::string& message, const TenantConfig* tenant = nullptr) const;
+  void refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal,
+              const TenantConfig* tenant = nullptr) const;
+  void audit_refusal(const httplib::Request& req, const TenantConfig* tenant, int status, const char* reason,
+                     const std::string& message) const;
   Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
                                   const TenantConfig*& tenant) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -410,16 +414,31 @@ void Node::reply(const httplib::Request& req, httplib::Response& res, int status
 }
 
 void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
-                  const std::string& message) const {
+                  const std::string& message, const TenantConfig* tenant) const {
   metrics_.rejected(reason);
+  audit_refusal(req, tenant, status, reason, message);
   reply(req, res, status, error_body(message));
 }
 
-void Node::refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal) const {
+void Node::refuse(const httplib::Request& req, httplib::Response& res, const Refusal& refusal,
+                  const TenantConfig* tenant) const {
   if (refusal.status == 401) res.set_header("WWW-Authenticate", "Bearer");
   if (refusal.status == 405) res.set_header("Allow", "GET, HEAD, POST, OPTIONS");
   if (refusal.status == 429) res.set_header("Retry-After", "1");
-  reject(req, res, refusal.reason, refusal.status, refusal.message);
+  reject(req, res, refusal.reason, refusal.status, refusal.message, tenant);
+}
+
+void Node::audit_refusal(const httplib::Request& req, const TenantConfig* tenant, int status, const char* reason,
+                         const std::string& message) const {
+  RefusalContext ctx;
+  ctx.client = req.remote_addr;
+  ctx.method = req.method;
+  ctx.path = req.path;
+  if (tenant) ctx.tenant = tenant->name;
+  ctx.status = status;
+  ctx.reason = reason;
+  ctx.message = message;
+  audit()->refused(refusal_record(ctx));
 }
 
 // Who is asking is decided from the headers, before a byte of the body is
@@ -495,8 +514,8 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     discard_body(req, reader, limit);
     if (!request_arrived()) return;
     // Its read cut at a framing line: what the connection answers is that.
-    if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message());
-    return refuse(req, res, refusal);
+    if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message(), tenant);
+    return refuse(req, res, refusal, tenant);
   }
   // Read here rather than by cpp-httplib, which would parse a form-encoded
   // body (curl -d sends one) and refuse it past 8 KiB.
@@ -512,14 +531,15 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
     return seen <= drained_body_max(limit);
   });
   if (!request_arrived()) return;
-  if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message());
-  if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit));
+  if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message(), tenant);
+  if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit), tenant);
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
     // request it meant, and is never run.
     return reject(req, res, "bad_request", 400,
                   "the request body ended early (" + std::to_string(body.size()) +
-                      " bytes arrived before the connection closed or timed out)");
+                      " bytes arrived before the connection closed or timed out)",
+                  tenant);
   }
   handle_run(req, body, res, *cfg, *tenant, li, native);
 }
@@ -531,15 +551,18 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     // Answered after the body was read: closing a socket with unread data
     // would reset the connection before the client sees the 429.
     res.set_header("Connection", "close");
-    return refuse(req, res, {429, "overload", kOverloadMessage});
+    return refuse(req, res, {429, "overload", kOverloadMessage}, tenant);
   }
   const ListenerConfig& listener = cfg.listeners[li];
   DecodedRequest decoded = decode_run_request(body, listener.language, native);
   if (!decoded.request) {
-    metrics_.rejected("bad_request");
     // The platform answers an unknown language with 200 and this shape.
-    if (decoded.unsupported_language) return reply(req, res, 200, unsupported_language_answer(decoded.error));
-    return reply(req, res, 400, error_body(decoded.error));
+    if (decoded.unsupported_language) {
+      metrics_.rejected("bad_request");
+      audit_refusal(req, tenant, 200, "bad_request", decoded.error);
+      return reply(req, res, 200, unsupported_language_answer(decoded.error));
+    }
+    return reject(req, res, "bad_request", 400, decoded.error, tenant);
   }
   if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
     return reply(req, res, 200, error_body("No code provided."));
@@ -547,16 +570,15 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     case Admission::Verdict::kAdmitted:
       break;
     case Admission::Verdict::kFull:
-      metrics_.rejected("overload");
       res.set_header("Retry-After", "1");
-      return reply(req, res, 429,
-                   error_body("too many requests: all " + std::to_string(cfg.max_concurrent) +
-                              " sandboxes are busy and the queue is full; retry later"));
+      return reject(req, res, "overload", 429,
+                    "too many requests: all " + std::to_string(cfg.max_concurrent) +
+                        " sandboxes are busy and the queue is full; retry later",
+                    tenant);
     case Admission::Verdict::kClosed:
-      metrics_.rejected("shutting_down");
       res.set_header("Retry-After", "1");
       res.set_header("Connection", "close");
-      return reply(req, res, 503, error_body("the node is shutting down; retry on another node"));
+      return reject(req, res, "shutting_down", 503, "the node is shutting down; retry on another node", tenant);
   }
   AdmissionSlot slot(admission_);
   Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request)};
@@ -625,7 +647,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *now, li, tenant);
     if (!refusal.status && t_shedding) refusal = {429, "overload", kOverloadMessage};
     if (!refusal.status) return 100;
-    refuse(req, res, refusal);
+    refuse(req, res, refusal, tenant);
     return refusal.status;
   });
   // Every answer is written after this: from here the watch may no longer
@@ -827,8 +849,12 @@ int Node::serve(const sigset_t& signals) {
   notify_service_manager("READY=1\n" + serving_status(*cfg));
   for (;;) {
     siginfo_t info;
-    int sig = ::sigwaitinfo(&signals, &info);
-    if (sig < 0) continue;
+    const timespec one_second{1, 0};
+    int sig = ::sigtimedwait(&signals, &info, &one_second);
+    if (sig < 0) {
+      audit()->write_suppressed();  // a flood of refusals that stopped is said within a second or two
+      continue;
+    }
     if (sig == SIGHUP) {
       // MONOTONIC_USEC: systemd 253's Type=notify-reload matches it to the signal.
       notify_service_manager("RELOADING=1\nMONOTONIC_USEC=" + monotonic_usec_now());

@@ -1,9 +1,13 @@
 // The audit log: one JSON line per run, for security teams (who ran what,
-// under which profile, what it used, how it ended). Written with spdlog to a
+// under which profile, what it used, how it ended), and one per request the
+// node refused (who asked for what, and why not). Written with spdlog to a
 // file of its own; operational logs go elsewhere and carry the same run id.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +41,46 @@ nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ord
 // "verdict", "reason", "bytes_sent", "bytes_received"}.
 std::vector<nlohmann::ordered_json> egress_audit_records(const AuditContext& ctx, const nlohmann::ordered_json& result);
 
+// A request the node answered without running it.
+struct RefusalContext {
+  std::string client;  // the peer address
+  std::string method;
+  std::string path;
+  std::string tenant;  // empty: not (yet) authenticated
+  int status = 0;
+  std::string reason;   // as in nsbox_rejected_requests_total
+  std::string message;  // what the client was told
+};
+
+// {"time", "event": "refused", "client", "method", "path", "tenant",
+//  "status", "reason", "message"}; tenant is null when the request was not
+//  authenticated, path is cut at kAuditPathMax bytes. Never a header's value:
+//  a wrong token stays out of the log.
+nlohmann::ordered_json refusal_record(const RefusalContext& ctx);
+inline constexpr size_t kAuditPathMax = 256;
+
+// How many refusal lines one second of the audit log may hold: anyone who
+// reaches a listener can be refused, and must not be able to fill the disk.
+inline constexpr unsigned kRefusalLinesPerSecond = 20;
+
+// A fixed one-second window of refusal lines; those past its budget are
+// counted, not written.
+class RefusalBudget {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit RefusalBudget(unsigned per_second) : per_second_(per_second) {}
+  // True when a refusal at now may be written; otherwise it is counted.
+  bool take(Clock::time_point now);
+  // The refusals counted since the last call; the count starts again at 0.
+  uint64_t take_suppressed();
+
+ private:
+  unsigned per_second_;
+  Clock::time_point window_start_{};
+  unsigned used_ = 0;
+  uint64_t suppressed_ = 0;
+};
+
 // "2026-11-30T06:24:01.123Z"
 std::string utc_timestamp();
 
@@ -51,11 +95,24 @@ class AuditLog {
 
   // Thread-safe; flushed per line so a crash loses nothing written.
   void write(const nlohmann::ordered_json& record);
+  // A refusal line, within kRefusalLinesPerSecond; those past it are counted
+  // and said in one {"event": "refusals_suppressed", "count"} line, written
+  // before the next line of any kind or when the log is closed.
+  void refused(const nlohmann::ordered_json& record,
+               RefusalBudget::Clock::time_point now = RefusalBudget::Clock::now());
+  // Writes the refusals_suppressed line now, if any were counted: the node
+  // calls it each second, so a flood that stops is not left unsaid.
+  void write_suppressed();
   const std::string& path() const { return path_; }
 
  private:
+  void write_suppressed_locked();
+  void write_locked(const nlohmann::ordered_json& record);
+
   std::string path_;
   std::shared_ptr<spdlog::logger> logger_;
+  std::mutex mutex_;
+  RefusalBudget refusals_{kRefusalLinesPerSecond};
 };
 
 }  // namespace nsbox

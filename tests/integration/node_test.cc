@@ -677,6 +677,71 @@ TEST_F(NodeWithTenants, AuditLogHasOneLinePerRun) {
       << "the operational log names the run id";
 }
 
+std::vector<json> audit_lines_of(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(slurp(path));
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST_F(NodeWithTenants, RefusedRequestsAreAuditedWithWhoAskedButNeverTheToken) {
+  const std::string wrong = "wrong-token-fedcba9876543210";
+  auto c = node_.client();
+  auto r = post(c, "/run", request("def main(args):\n    return 1"), {{"Authorization", "Bearer " + wrong}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = post(c, "/run", "{\"code\": 3}", {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = c.Post("/run", {{"Origin", "https://evil.example.net"}}, request("def main(args):\n    return 1"),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+
+  const std::string path = node_.dir() + "/audit.log";
+  EXPECT_EQ(slurp(path).find(wrong), std::string::npos) << "a token, even a wrong one, is never written";
+  const std::vector<json> lines = audit_lines_of(path);
+  ASSERT_EQ(lines.size(), 3u) << slurp(path);
+  EXPECT_EQ(lines[0]["event"], "refused");
+  EXPECT_EQ(lines[0]["client"], "127.0.0.1");
+  EXPECT_EQ(lines[0]["method"], "POST");
+  EXPECT_EQ(lines[0]["path"], "/run");
+  EXPECT_TRUE(lines[0]["tenant"].is_null());
+  EXPECT_EQ(lines[0]["status"], 401);
+  EXPECT_EQ(lines[0]["reason"], "unauthorized");
+  EXPECT_EQ(lines[0]["message"], "unauthorized: unknown token");
+  EXPECT_EQ(lines[1]["tenant"], "acme") << "refused after it was authenticated";
+  EXPECT_EQ(lines[1]["status"], 400);
+  EXPECT_NE(lines[1]["message"].get<std::string>().find("code"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[2]["status"], 403);
+  EXPECT_NE(lines[2]["message"].get<std::string>().find("https://evil.example.net"), std::string::npos) << lines[2];
+}
+
+TEST_F(NodeWithTenants, AFloodOfRefusalsIsCountedInTheAuditLogNotWrittenLineByLine) {
+  constexpr int kRequests = 100;
+  for (int i = 0; i < kRequests; ++i) {
+    auto r = post(node_.client(), "/run", request("def main(args):\n    return 1"),
+                  {{"Authorization", "Bearer wrong-token-fedcba9876543210"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 401);
+  }
+  // Without another request, the count is written within a second or two.
+  const std::string path = node_.dir() + "/audit.log";
+  uint64_t written = 0, counted = 0;
+  for (int w = 0; w < 50; ++w) {
+    written = counted = 0;
+    for (const json& line : audit_lines_of(path)) {
+      if (line["event"] == "refused") ++written;
+      if (line["event"] == "refusals_suppressed") counted += line["count"].get<uint64_t>();
+    }
+    if (written + counted == kRequests) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(written + counted, static_cast<uint64_t>(kRequests)) << "every refusal is written or counted";
+  EXPECT_LT(written, static_cast<uint64_t>(kRequests)) << "at most 20 lines a second";
+  EXPECT_GT(counted, 0u);
+}
+
 TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
   const httplib::Headers auth = {{"Authorization", "Bearer acme-token-0123456789abcdef"}};
   std::string first;

@@ -483,6 +483,89 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["time"].get<std::string>().size(), 24u);
 }
 
+TEST(Audit, ARefusalRecordNamesWhoAskedForWhatAndWhyButNoHeaderValue) {
+  RefusalContext ctx{.client = "203.0.113.7",
+                     .method = "POST",
+                     .path = "/run" + std::string(300, 'x'),
+                     .tenant = "",
+                     .status = 401,
+                     .reason = "unauthorized",
+                     .message = "unauthorized: unknown token"};
+  json r = refusal_record(ctx);
+  EXPECT_EQ(r["event"], "refused");
+  EXPECT_EQ(r["client"], "203.0.113.7");
+  EXPECT_EQ(r["method"], "POST");
+  EXPECT_EQ(r["path"].get<std::string>().size(), kAuditPathMax) << "a long path is cut";
+  EXPECT_TRUE(r["tenant"].is_null()) << "not authenticated";
+  EXPECT_EQ(r["status"], 401);
+  EXPECT_EQ(r["reason"], "unauthorized");
+  EXPECT_EQ(r["message"], "unauthorized: unknown token");
+  ctx.tenant = "acme";
+  EXPECT_EQ(refusal_record(ctx)["tenant"], "acme");
+}
+
+TEST(Audit, RefusalsPastTheBudgetOfASecondAreCountedNotWritten) {
+  using namespace std::chrono_literals;
+  RefusalBudget budget(3);
+  const auto t0 = RefusalBudget::Clock::now();
+  EXPECT_TRUE(budget.take(t0));
+  EXPECT_TRUE(budget.take(t0 + 100ms));
+  EXPECT_TRUE(budget.take(t0 + 999ms));
+  EXPECT_FALSE(budget.take(t0 + 999ms));
+  EXPECT_FALSE(budget.take(t0 + 999ms));
+  EXPECT_EQ(budget.take_suppressed(), 2u);
+  EXPECT_EQ(budget.take_suppressed(), 0u) << "the count starts again";
+  EXPECT_TRUE(budget.take(t0 + 1000ms)) << "a new second, a new budget";
+  EXPECT_TRUE(budget.take(t0 + 1500ms));
+  EXPECT_TRUE(budget.take(t0 + 1999ms));
+  EXPECT_FALSE(budget.take(t0 + 1999ms));
+  EXPECT_EQ(budget.take_suppressed(), 1u);
+}
+
+std::vector<json> audit_lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST(Audit, AFloodOfRefusalsIsSaidInOneCountedLineBeforeTheNextLineAndAtClose) {
+  using namespace std::chrono_literals;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("nsbox-audit-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(path);
+  const auto t0 = RefusalBudget::Clock::now();
+  RefusalContext ctx{.client = "127.0.0.1",
+                     .method = "POST",
+                     .path = "/run",
+                     .tenant = "",
+                     .status = 401,
+                     .reason = "unauthorized",
+                     .message = "unauthorized: unknown token"};
+  {
+    AuditLog log(path);
+    for (unsigned i = 0; i < kRefusalLinesPerSecond + 5; ++i) log.refused(refusal_record(ctx), t0);
+    log.write_suppressed();
+    log.write_suppressed();  // nothing more to say
+    for (unsigned i = 0; i < kRefusalLinesPerSecond + 2; ++i) log.refused(refusal_record(ctx), t0 + 1s);
+    log.write(json{{"event", "run"}});
+    for (unsigned i = 0; i < 7; ++i) log.refused(refusal_record(ctx), t0 + 1s);  // that second's budget is spent
+  }
+  const std::vector<json> lines = audit_lines(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(lines.size(), 2 * kRefusalLinesPerSecond + 4);
+  EXPECT_EQ(lines[kRefusalLinesPerSecond]["event"], "refusals_suppressed");
+  EXPECT_EQ(lines[kRefusalLinesPerSecond]["count"], 5);
+  EXPECT_EQ(lines[2 * kRefusalLinesPerSecond + 1]["event"], "refusals_suppressed") << "said before the run's line";
+  EXPECT_EQ(lines[2 * kRefusalLinesPerSecond + 1]["count"], 2);
+  EXPECT_EQ(lines[2 * kRefusalLinesPerSecond + 2]["event"], "run");
+  EXPECT_EQ(lines.back()["event"], "refusals_suppressed") << "said when the log is closed";
+  EXPECT_EQ(lines.back()["count"], 7);
+  size_t refused = 0;
+  for (const auto& l : lines) refused += l["event"] == "refused";
+  EXPECT_EQ(refused, 2 * kRefusalLinesPerSecond);
+}
+
 TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
   const std::string a = "name: a\n", b = "name: b\n";
   EXPECT_EQ(pool_key(a, Language::kPython), pool_key(a, Language::kPython));
