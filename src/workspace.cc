@@ -26,6 +26,13 @@ namespace {
 
 constexpr const char* kPrefix = "nsbox-";
 constexpr int kMaxDepth = 16;
+// Of out/, at most max_artifacts + this many entries are looked at.
+constexpr uint64_t kEntriesBeyondArtifacts = 4096;
+// At most this many refused entries are named, then one line counts the rest.
+constexpr size_t kMaxRefusalsListed = 64;
+// The workspace tmpfs's files and directories: inputs and artifacts, and
+// this many more for the run's own use.
+constexpr uint64_t kWorkspaceSpareInodes = 16384;
 
 std::string temp_base() {
   const char* tmp = std::getenv("TMPDIR");
@@ -107,67 +114,131 @@ std::string copy_and_hash(int src_fd, int dst_dir, const std::string& name, uid_
   return hash.hex();
 }
 
+// A directory of the artifacts copy, made only once an artifact is copied
+// into it or below it: the run's empty directories never reach the host.
+struct LazyDir {
+  LazyDir* parent = nullptr;
+  int fd = -1;       // the open directory, once made (or the root, given; -1: no copy)
+  std::string name;  // in parent
+  std::string rel;   // for errors
+  UniqueFd owned;
+
+  int get() {
+    if (fd >= 0 || !parent) return fd;
+    const int parent_fd = parent->get();
+    if (parent_fd < 0) return -1;  // nothing is copied: artifacts are only hashed
+    if (::mkdirat(parent_fd, name.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", rel, errno);
+    owned.reset(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!owned) throw SysError("open", rel, errno);
+    fd = owned.get();
+    return fd;
+  }
+};
+
+bool has_control_character(const std::string& name) {
+  return std::any_of(name.begin(), name.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == 0x7f;
+  });
+}
+
 struct Collector {
   const WorkspaceSpec& spec;
   ArtifactReport report;
   uint64_t total = 0;
+  uint64_t examined = 0;          // entries of out/ looked at, of any kind
+  uint64_t refusals_unlisted = 0;  // past kMaxRefusalsListed
+  bool out_of_entries = false;
 
-  void walk(int dir_fd, int dst_fd, const std::string& prefix, int depth) {
+  // What the run left is bounded by the workspace's size and inode cap;
+  // what is looked at and said of it is bounded here too, so that a tree
+  // of empty files or directories costs the host no more than this.
+  uint64_t entry_budget() const { return spec.max_artifacts + kEntriesBeyondArtifacts; }
+
+  void refuse(std::string why) {
+    if (report.refused.size() < kMaxRefusalsListed)
+      report.refused.push_back(std::move(why));
+    else
+      ++refusals_unlisted;
+  }
+
+  void walk(int dir_fd, LazyDir& dst, const std::string& prefix, int depth) {
     DIR* dir = ::fdopendir(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
     if (!dir) return;
     std::vector<std::string> names;
     while (dirent* e = ::readdir(dir)) {
       std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
+      if (n == "." || n == "..") continue;
+      if (examined + names.size() >= entry_budget()) {
+        out_of_entries = true;
+        break;
+      }
+      names.push_back(std::move(n));
     }
     ::closedir(dir);
     std::sort(names.begin(), names.end());
-    for (const auto& n : names) visit(dir_fd, dst_fd, n, prefix + n, depth);
+    examined += names.size();
+    for (const auto& n : names) visit(dir_fd, dst, n, prefix + n, depth);
   }
 
-  void visit(int dir_fd, int dst_fd, const std::string& n, const std::string& rel, int depth) {
+  void visit(int dir_fd, LazyDir& dst, const std::string& n, const std::string& rel, int depth) {
+    if (has_control_character(n)) {
+      refuse(printable(rel) + ": a name with control characters, not returned");
+      return;
+    }
     // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted by the run is
     // reported, never followed or waited on.
     UniqueFd fd(::openat(dir_fd, n.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     struct stat st {};
     if (!fd || ::fstat(fd.get(), &st) != 0) {
-      report.refused.push_back(rel + ": " + (errno == ELOOP ? "a symlink, not returned" : std::strerror(errno)));
+      refuse(rel + ": " + (errno == ELOOP ? "a symlink, not returned" : std::strerror(errno)));
       return;
     }
     if (S_ISDIR(st.st_mode)) {
       if (depth >= kMaxDepth) {
-        report.refused.push_back(rel + ": nested too deep, not returned");
+        refuse(rel + ": nested too deep, not returned");
         return;
       }
-      UniqueFd sub_dst;
-      if (dst_fd >= 0) {
-        if (::mkdirat(dst_fd, n.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", rel, errno);
-        sub_dst.reset(::openat(dst_fd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        if (!sub_dst) throw SysError("open", rel, errno);
-      }
-      walk(fd.get(), dst_fd >= 0 ? sub_dst.get() : -1, rel + "/", depth + 1);
+      LazyDir sub{&dst, -1, n, rel, {}};
+      walk(fd.get(), sub, rel + "/", depth + 1);
       return;
     }
     if (!S_ISREG(st.st_mode)) {
-      report.refused.push_back(rel + ": not a regular file, not returned");
+      refuse(rel + ": not a regular file, not returned");
       return;
     }
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     if (report.artifacts.size() >= spec.max_artifacts) {
-      report.refused.push_back(rel + ": over the cap of " + std::to_string(spec.max_artifacts) + " artifacts");
+      refuse(rel + ": over the cap of " + std::to_string(spec.max_artifacts) + " artifacts");
       return;
     }
     if (total + size > spec.max_artifact_bytes) {
-      report.refused.push_back(rel + " (" + std::to_string(size) + " bytes): over the cap of " +
-                               std::to_string(spec.max_artifact_bytes) + " bytes of artifacts");
+      refuse(rel + " (" + std::to_string(size) + " bytes): over the cap of " +
+             std::to_string(spec.max_artifact_bytes) + " bytes of artifacts");
       return;
     }
     total += size;
     Artifact artifact{rel, size, {}, {}};
     if (spec.keep_content) artifact.content.reserve(size);
     artifact.sha256 =
-        copy_and_hash(fd.get(), dst_fd, n, 0, 0, false, spec.keep_content ? &artifact.content : nullptr, size);
+        copy_and_hash(fd.get(), dst.get(), n, 0, 0, false, spec.keep_content ? &artifact.content : nullptr, size);
     report.artifacts.push_back(std::move(artifact));
+  }
+
+  // The bounds said last, each in one line.
+  void finish() {
+    if (refusals_unlisted > 0)
+      report.refused.push_back("and " + std::to_string(refusals_unlisted) + " more not returned, not listed");
+    if (out_of_entries)
+      report.refused.push_back("out/ holds more than " + std::to_string(entry_budget()) +
+                               " entries: the rest were not looked at");
+  }
+
+  // A name as the report may show it: control characters as '?'.
+  static std::string printable(std::string s) {
+    for (char& ch : s)
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    return s;
   }
 };
 
@@ -185,7 +256,10 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
   try {
     if (::geteuid() == 0) {
       // A tmpfs caps what the run can write to the host's disk.
-      const std::string data = "size=" + std::to_string(spec.size_bytes) +
+      // A size cap alone leaves inodes free: millions of empty files or
+      // directories for the collector to walk.
+      const uint64_t inodes = kWorkspaceSpareInodes + spec.max_artifacts + spec.inputs.size();
+      const std::string data = "size=" + std::to_string(spec.size_bytes) + ",nr_inodes=" + std::to_string(inodes) +
                                ",mode=0700,uid=" + std::to_string(host_uid) + ",gid=" + std::to_string(host_gid);
       if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0)
         throw SysError("mount workspace tmpfs", path_, errno);
@@ -226,7 +300,7 @@ ArtifactReport Workspace::collect() const {
 }
 
 ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
-  Collector c{spec, {}, 0};
+  Collector c{spec, {}};
   UniqueFd out(::openat(workspace_dir, "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!out) {
     c.report.refused.push_back(std::string("out: ") + (errno == ELOOP || errno == ENOTDIR
@@ -240,7 +314,9 @@ ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
     dst.reset(::open(spec.artifacts_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dst) throw SysError("open artifacts directory", spec.artifacts_dir, errno);
   }
-  c.walk(out.get(), dst ? dst.get() : -1, "", 0);
+  LazyDir root{nullptr, dst ? dst.get() : -1, "", "", {}};
+  c.walk(out.get(), root, "", 0);
+  c.finish();
   return c.report;
 }
 

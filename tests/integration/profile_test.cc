@@ -294,5 +294,27 @@ TEST(Workspace, SizeIsCappedByATmpfs) {
   EXPECT_EQ(w["stdout"], "1\n") << w.dump();
 }
 
+TEST(Workspace, ItsFilesAndDirectoriesAreCappedTooSoEmptyOnesCannotFillTheHost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace needs root";
+  // 16384 spare inodes beside the 64 artifacts: empty files cost no bytes,
+  // so only the inode cap stops them.
+  const std::string code =
+      "import os\n"
+      "n = 0\n"
+      "try:\n"
+      "    while n < 40000:\n"
+      "        os.mkdir('/workspace/out/d%d' % n); n += 1\n"
+      "except OSError as e:\n"
+      "    print(n, e.errno)\n";
+  json r = run_json("default", {}, {"python3", "-c", code});
+  std::istringstream out(r["stdout"].get<std::string>());
+  int made = 0, err = 0;
+  out >> made >> err;
+  EXPECT_EQ(err, ENOSPC) << r.dump();
+  EXPECT_GT(made, 16000) << r.dump();
+  EXPECT_LT(made, 16500) << r.dump();
+  EXPECT_TRUE(r["artifacts"].empty()) << "empty directories are no artifacts";
+}
+
 }  // namespace
 }  // namespace nsbox::testing

@@ -107,5 +107,47 @@ TEST_F(Artifacts, OverTheByteCapIsRefusedAndNotKept) {
       << report.refused[1];
 }
 
+TEST_F(Artifacts, DirectoriesWithoutAnArtifactAreNotCopied) {
+  std::filesystem::create_directories(root_ / "ws" / "out" / "empty" / "deeper");
+  std::filesystem::create_directories(root_ / "ws" / "out" / "refused");
+  write_file(root_ / "ws" / "out" / "refused" / "big", std::string(100, 'x'));
+  WorkspaceSpec spec;
+  spec.artifacts_dir = (root_ / "copy").string();
+  spec.max_artifact_bytes = 20;
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 2u);
+  EXPECT_EQ(read_file(root_ / "copy" / "sub" / "b.bin"), binary_) << "a directory with an artifact is made";
+  EXPECT_FALSE(std::filesystem::exists(root_ / "copy" / "empty")) << "the run's empty directories stay in the run";
+  EXPECT_FALSE(std::filesystem::exists(root_ / "copy" / "refused"));
+}
+
+TEST_F(Artifacts, ATreeOfEmptyEntriesCostsTheCollectorABoundedWalkAndABoundedReport) {
+  // 64 artifacts allowed: 64 + 4096 entries are looked at, 64 refusals named.
+  const auto many = root_ / "ws" / "out" / "many";
+  std::filesystem::create_directories(many);
+  for (int i = 0; i < 5000; ++i) write_file(many / ("f" + std::to_string(100000 + i)), "");
+  for (int i = 0; i < 100; ++i) std::filesystem::create_directory(root_ / "ws" / "out" / ("d" + std::to_string(i)));
+  WorkspaceSpec spec;
+  spec.artifacts_dir = (root_ / "copy").string();
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  EXPECT_EQ(report.artifacts.size(), spec.max_artifacts);
+  ASSERT_EQ(report.refused.size(), 64u + 2u) << "64 named, one count of the rest, one for what was not looked at";
+  EXPECT_NE(report.refused[64].find("more not returned, not listed"), std::string::npos) << report.refused[64];
+  EXPECT_EQ(report.refused[65], "out/ holds more than 4160 entries: the rest were not looked at");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_ / "copy"), {}), 2)
+      << "a.txt and many/: no empty d* directory, and sub/ was not reached";
+}
+
+TEST_F(Artifacts, NamesWithControlCharactersAreRefusedAndShownWithoutThem) {
+  write_file(root_ / "ws" / "out" / "evil\n\x1b[31mname", "x");
+  WorkspaceSpec spec;
+  spec.artifacts_dir = (root_ / "copy").string();
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  ASSERT_EQ(report.artifacts.size(), 2u);
+  ASSERT_EQ(report.refused.size(), 2u);
+  EXPECT_EQ(report.refused[0], "evil??[31mname: a name with control characters, not returned");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_ / "copy"), {}), 2) << "a.txt and sub/ only";
+}
+
 }  // namespace
 }  // namespace nsbox
