@@ -438,6 +438,34 @@ static int send_fd(int sock, char tag, int fd) {
   return n == 1 ? 0 : -1;
 }
 
+/* Offers fd by its number: nsbox takes it with pidfd_getfd (fd_passing.h),
+ * or answers 'S' and it is sent. Sent outright, it could be refused
+ * (ETOOMANYREFS) while another run of this host user holds more descriptors
+ * in flight than this process's RLIMIT_NOFILE. 0, or -1 with errno. */
+static int offer_fd(int sock, char tag, int fd) {
+  struct __attribute__((packed)) {
+    char tag;
+    int32_t fd;
+  } offer = {tag, fd};
+  /* sendmsg and recvmsg: what an allow list with a listener names. */
+  struct iovec iov = {.iov_base = &offer, .iov_len = sizeof offer};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  ssize_t n;
+  do n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof offer) return -1;
+  char answer = 0;
+  iov.iov_base = &answer;
+  iov.iov_len = 1;
+  do n = recvmsg(sock, &msg, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return -1;
+  if (n == 0) return errno = EPIPE, -1;
+  if (answer == 'T') return 0;
+  if (answer == 'S') return send_fd(sock, tag, fd);
+  return errno = EPROTO, -1;
+}
+
 /* The run's filter, stacked on the zygote's, loaded last. With notify, its
  * listener goes to nsbox on the run socket (nsbox answers EPERM to denied
  * calls and counts them). */
@@ -454,7 +482,7 @@ static int load_seccomp(napi_env env, napi_value program, bool notify, int run_s
   long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
   if (fd < 0) return throw_failure(env, "seccomp", "load filter", errno), 0;
   if (!notify) return 1;
-  if (send_fd(run_socket, 'L', (int)fd) < 0) return throw_failure(env, "sendmsg", "seccomp listener", errno), 0;
+  if (offer_fd(run_socket, 'L', (int)fd) < 0) return throw_failure(env, "sendmsg", "seccomp listener", errno), 0;
   close((int)fd);
   return 1;
 }

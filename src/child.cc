@@ -140,7 +140,8 @@ void hide_supervisor_cmdline(const ChildConfig& c) noexcept {
   if (int err = load_seccomp_program(c.seccomp, c.notify_sock >= 0 ? &listener : nullptr))
     fail(c, "seccomp", "load filter", err);
   if (listener >= 0) {
-    if (int err = send_fd(c.notify_sock, listener, 'L')) fail(c, "sendmsg", "seccomp listener", err);
+    // Offered, not sent: see offer_fd (a run's fds in flight must not stop this one).
+    if (int err = offer_fd(c.notify_sock, listener, 'L')) fail(c, "sendmsg", "seccomp listener", err);
     ::close(listener);
   }
   if (c.notify_sock >= 0) ::close(c.notify_sock);

@@ -1,8 +1,11 @@
 #include "nsbox/fd_passing.h"
 
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 namespace nsbox {
@@ -59,6 +62,125 @@ int receive_fd(int sock, char* tag) noexcept {
   int fd;
   std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
   return fd;
+}
+
+// sendmsg and recvmsg, not send and recv: an allow list that lets a run
+// hand over its listener names these two (SeccompProgram::allow_list).
+int send_bytes(int sock, const void* data, size_t size) noexcept {
+  iovec iov{const_cast<void*>(data), size};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return errno;
+  return n == static_cast<ssize_t>(size) ? 0 : EMSGSIZE;
+}
+
+int answer_offer(int sock, char answer) noexcept { return send_bytes(sock, &answer, 1); }
+
+int take_fd_from(pid_t pid, int fd) noexcept {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) return -1;
+  const int taken = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  const int err = errno;
+  ::close(pidfd);
+  errno = err;
+  return taken;
+}
+
+int offer_fd(int sock, int fd, char tag) noexcept {
+  const FdOffer offer{tag, fd};
+  if (int err = send_bytes(sock, &offer, sizeof offer)) return err;
+  char answer = 0;
+  iovec iov{&answer, 1};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  ssize_t n;
+  do n = ::recvmsg(sock, &msg, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return errno;
+  if (n == 0) return EPIPE;
+  if (answer == kFdTaken) return 0;
+  if (answer == kFdSendIt) return send_fd(sock, fd, tag);
+  return EPROTO;
+}
+
+namespace {
+
+// One message of at most len bytes on a socket with SO_PASSCRED: its size
+// (0 at end of file, -1 with errno), the sender's pid and the first fd it
+// carried (-1: none; any other is closed).
+ssize_t receive_with_credentials(int sock, void* buf, size_t len, pid_t* pid, int* fd) noexcept {
+  iovec iov{buf, len};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && retry_receive(errno));
+  *pid = 0;
+  *fd = -1;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); n > 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level != SOL_SOCKET) continue;
+    if (cm->cmsg_type == SCM_CREDENTIALS) {
+      ucred cred{};
+      std::memcpy(&cred, CMSG_DATA(cm), sizeof cred);
+      *pid = cred.pid;
+    } else if (cm->cmsg_type == SCM_RIGHTS) {
+      const size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received = -1;
+        std::memcpy(&received, CMSG_DATA(cm) + i * sizeof(int), sizeof received);
+        if (*fd < 0)
+          *fd = received;
+        else
+          ::close(received);
+      }
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+int take_offered_fd(int sock, char* tag) noexcept {
+  FdOffer offer{};
+  pid_t pid = 0;
+  int sent = -1;
+  ssize_t n = receive_with_credentials(sock, &offer, sizeof offer, &pid, &sent);
+  if (n == 0) errno = 0;
+  if (n <= 0) return -1;
+  *tag = offer.tag;
+  if (n == 1) return sent >= 0 ? sent : (errno = EPROTO, -1);  // sent the old way
+  if (sent >= 0) ::close(sent);
+  if (n != sizeof offer || pid <= 0) {
+    errno = EPROTO;
+    return -1;
+  }
+  const int taken = take_fd_from(pid, offer.fd);
+  if (taken >= 0) {
+    if (int err = answer_offer(sock, kFdTaken)) {
+      ::close(taken);
+      errno = err;
+      return -1;
+    }
+    return taken;
+  }
+  if (int err = answer_offer(sock, kFdSendIt)) {
+    errno = err;
+    return -1;
+  }
+  n = receive_with_credentials(sock, &offer, sizeof offer, &pid, &sent);
+  if (n == 1 && offer.tag == *tag && sent >= 0) return sent;
+  if (sent >= 0) ::close(sent);
+  errno = n < 0 ? errno : EPROTO;
+  return -1;
 }
 
 Pending pending_message(int sock) noexcept {

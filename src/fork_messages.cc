@@ -10,6 +10,7 @@
 
 #include "nsbox/child_report.h"
 #include "nsbox/error.h"
+#include "nsbox/fd_passing.h"
 #include "nsbox/fork_server.h"
 #include "nsbox/io.h"
 
@@ -74,8 +75,10 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   while ((ready = ::poll(&p, 1, kForkStepTimeoutMs)) < 0 && errno == EINTR) {
   }
   if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
-  char byte = 0;
-  iovec iov{&byte, 1};
+  // One byte of tag, or an offer of an fd by its number (FdOffer).
+  char buf[sizeof(FdOffer)] = {};
+  const char& byte = buf[0];
+  iovec iov{buf, sizeof buf};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -85,10 +88,11 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   ssize_t n;
   while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
   }
-  if (n != 1 || byte != tag) {
-    if (n == 1) for_each_received_fd(msg, ::close);
+  const bool offer = n == static_cast<ssize_t>(sizeof(FdOffer)) && fd;
+  if ((n != 1 && !offer) || byte != tag) {
+    if (n > 0) for_each_received_fd(msg, ::close);
     if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
-    if (n == 1)
+    if (n > 0)
       throw SysError("fork server",
                      std::string("its run init sent '") + byte + "' where '" + tag + "' (" + what +
                          ") was due: the rootfs and this nsbox are of different versions; rebuild the rootfs "
@@ -103,6 +107,22 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
       std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
       pid = cred.pid;
     }
+  }
+  if (offer) {
+    for_each_received_fd(msg, ::close);
+    if (pid <= 0) throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+    FdOffer o{};
+    std::memcpy(&o, buf, sizeof o);
+    // Taken from the offering process (see offer_fd); where that cannot be
+    // done, it is asked for and sent as a plain message next.
+    const int taken = take_fd_from(pid, o.fd);
+    if (taken < 0) {
+      if (int err = answer_offer(sock, kFdSendIt)) throw SysError("fork server", std::string("answer ") + what, err);
+      return expect_from_fork(sock, tag, error_fd, what, fd);
+    }
+    fd->reset(taken);
+    if (int err = answer_offer(sock, kFdTaken)) throw SysError("fork server", std::string("answer ") + what, err);
+    return pid;
   }
   // The first descriptor is the one expected; nothing else is.
   bool kept = false;

@@ -1,5 +1,7 @@
 #include "nsbox/fork_server.h"
 
+#include <sys/resource.h>
+
 #include <sys/mount.h>
 
 #include <algorithm>
@@ -57,6 +59,14 @@ RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
   spec.limits.stderr_bytes = kForkServerOutputBytes;
   spec.limits.wall_time = std::chrono::milliseconds(0);
   spec.limits.cpu_time = std::chrono::milliseconds(0);
+  // The fork server and each run's PID 1 (until it takes the run's limits)
+  // hand descriptors to nsbox (SCM_RIGHTS), which the kernel refuses once the
+  // sandboxes' host user has more in flight than the sender's RLIMIT_NOFILE;
+  // a run can hold a few hundred past its own. nsbox's own limit keeps that
+  // out of a run's reach. Neither runs run code.
+  rlimit own{};
+  if (::getrlimit(RLIMIT_NOFILE, &own) == 0 && own.rlim_max > spec.limits.open_files)
+    spec.limits.open_files = own.rlim_max;
   spec.egress.reset();
   // Each run mounts a fresh tmpfs on the workspace path, which must exist.
   if (spec.workspace) spec.tmpfs.push_back({spec.workspace->inside_path, 4096});

@@ -362,13 +362,13 @@ Observation supervise(Watch w) {
     if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) feed_stdin(w, stdin_offset);
     if (readable(i_nsock)) {
       char tag = 0;
-      int fd = receive_fd(w.notify_sock.get(), &tag);
+      int fd = take_offered_fd(w.notify_sock.get(), &tag);
       w.listener.reset(fd >= 0 ? fd : -1);
       w.notify_sock.reset();
     }
     if (readable(i_psock)) {
       char tag = 0;
-      int fd = receive_fd(w.proxy_sock.get(), &tag);
+      int fd = take_offered_fd(w.proxy_sock.get(), &tag);
       if (fd >= 0) w.proxy->start(UniqueFd(fd));
       w.proxy_sock.reset();
     }
@@ -653,16 +653,43 @@ bool blocked_in(pid_t pid, long nr, int fd) {
   return n > 0 && std::strncmp(buf, want, static_cast<size_t>(len)) == 0;
 }
 
-// Waits until the workload of the sandbox whose PID 1 is proc blocks in
-// system call nr on fd, looking every interval_ms, up to timeout or until
-// abort_fd (if not -1) is readable; false when it did not (it ended, is
-// slower, or was aborted).
-bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chrono::milliseconds timeout, int abort_fd,
+// Takes what the sandbox offers while it starts up: the workload's seccomp
+// listener and PID 1's egress proxy socket (offer_fd, which waits for the
+// answer). finish() takes them otherwise; a sandbox waited for before it is
+// finished must be answered here, or it waits for ever.
+void take_offers(PreparedRun::State& st) {
+  char tag = 0;
+  if (st.notify_recv && readable_now(st.notify_recv.get())) {
+    const int fd = take_offered_fd(st.notify_recv.get(), &tag);
+    st.listener.reset(fd >= 0 ? fd : -1);
+    st.notify_recv.reset();
+  }
+  if (st.proxy_recv && readable_now(st.proxy_recv.get())) {
+    const int fd = take_offered_fd(st.proxy_recv.get(), &tag);
+    if (fd >= 0 && st.proxy) st.proxy->start(UniqueFd(fd));
+    st.proxy_recv.reset();
+  }
+}
+
+// Waits until the workload of the sandbox st blocks in system call nr on
+// fd, looking every interval_ms, up to timeout or until abort_fd (if not
+// -1) is readable; false when it did not (it ended, is slower, or was
+// aborted). Answers its offers meanwhile.
+bool wait_for_workload_in(PreparedRun::State& st, long nr, int fd, std::chrono::milliseconds timeout, int abort_fd,
                           int interval_ms) {
+  const SandboxProcess& proc = *st.proc;
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
-    pollfd p[2] = {{proc.pidfd(), POLLIN, 0}, {abort_fd, POLLIN, 0}};
-    if (::poll(p, 2, interval_ms) != 0) return false;  // PID 1 ended, aborted (or poll failed)
+    pollfd p[4] = {{proc.pidfd(), POLLIN, 0},
+                   {abort_fd, POLLIN, 0},
+                   {st.notify_recv ? st.notify_recv.get() : -1, POLLIN, 0},
+                   {st.proxy_recv ? st.proxy_recv.get() : -1, POLLIN, 0}};
+    const int ready = ::poll(p, 4, interval_ms);
+    if (ready < 0 || p[0].revents || p[1].revents) return false;  // PID 1 ended, aborted (or poll failed)
+    if (p[2].revents || p[3].revents) {
+      take_offers(st);
+      continue;
+    }
     if (pid_t workload = first_child(proc.pid()); workload > 0 && blocked_in(workload, nr, fd)) return true;
   }
   return false;
@@ -672,7 +699,7 @@ bool wait_for_workload_in(const SandboxProcess& proc, long nr, int fd, std::chro
 
 bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout, std::chrono::milliseconds check_every,
                                  int abort_fd) const {
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_read, STDIN_FILENO, timeout, abort_fd,
+  return state_->proc && wait_for_workload_in(*state_, SYS_read, STDIN_FILENO, timeout, abort_fd,
                                               static_cast<int>(check_every.count()));
 }
 
@@ -689,7 +716,7 @@ bool PreparedRun::restore_cpu_weight() {
 
 bool PreparedRun::wait_for_fork_requests(std::chrono::milliseconds timeout, int abort_fd) const {
   // Less often: a zygote starts for a while, and each check takes CPU from it.
-  return state_->proc && wait_for_workload_in(*state_->proc, SYS_recvmsg, kForkServerRequestFd, timeout, abort_fd, 10);
+  return state_->proc && wait_for_workload_in(*state_, SYS_recvmsg, kForkServerRequestFd, timeout, abort_fd, 10);
 }
 
 int64_t PreparedRun::memory_bytes() const { return state_->cgroup ? state_->cgroup->usage().peak_memory_bytes : -1; }
@@ -812,6 +839,10 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
       throw SysError("socketpair", "seccomp notification", errno);
     UniqueFd notify_send(notify_pair[1]);
     st->notify_recv.reset(notify_pair[0]);
+    // The listener is offered by the workload's pid, which its credentials give.
+    const int on = 1;
+    if (::setsockopt(st->notify_recv.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
+      throw SysError("setsockopt", "SO_PASSCRED", errno);
     std::vector<int> keep = {sync.read.get(), errors.write.get(), reports.write.get(), notify_send.get()};
     UniqueFd proxy_send;
     if (spec.egress) {
@@ -820,6 +851,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
         throw SysError("socketpair", "egress proxy", errno);
       st->proxy_recv.reset(proxy_pair[0]);
       proxy_send.reset(proxy_pair[1]);
+      if (::setsockopt(st->proxy_recv.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0)
+        throw SysError("setsockopt", "SO_PASSCRED", errno);
       keep.push_back(proxy_send.get());
       st->proxy = std::make_unique<EgressProxy>(*spec.egress);
     }

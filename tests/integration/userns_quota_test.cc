@@ -8,10 +8,12 @@
 // them.
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include "nsbox/profile_loader.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/unique_fd.h"
+#include "nsbox/userns.h"
 
 namespace nsbox::testing {
 namespace {
@@ -257,6 +260,95 @@ TEST(UserNsQuotas, AForkServerKeepsTheHostsChargedLimitsWhichItsRunsLower) {
   const std::string pending = std::to_string(kRunPendingSignals);
   EXPECT_EQ(out.return_value,
             ordered_json::array({ordered_json::array({pending, pending}), ordered_json::array({"0", "0"})}));
+}
+
+// A process of the sandboxes' host user, as a run's code is, holding
+// descriptors in flight over a unix socket (sent, never received) past its
+// RLIMIT_NOFILE of 256, until this goes. The kernel counts them per host
+// user and refuses SCM_RIGHTS to every process of that user whose own limit
+// the count exceeds.
+class DescriptorsInFlight {
+ public:
+  DescriptorsInFlight() {
+    int report[2], hold[2];
+    EXPECT_EQ(::pipe2(report, O_CLOEXEC), 0);
+    EXPECT_EQ(::pipe2(hold, O_CLOEXEC), 0);
+    const HostIds ids = choose_host_ids();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(report[0]);
+      ::close(hold[1]);
+      int pair[2];
+      const rlimit nofile{256, 256};
+      int err = 0;
+      if (::socketpair(AF_UNIX, SOCK_DGRAM, 0, pair) != 0 || ::setrlimit(RLIMIT_NOFILE, &nofile) != 0 ||
+          ::setresgid(ids.gid, ids.gid, ids.gid) != 0 || ::setresuid(ids.uid, ids.uid, ids.uid) != 0)
+        err = -errno;
+      for (int sent = 0; err == 0 && sent < 2000; sent += 200) {
+        int fds[200];
+        std::fill(std::begin(fds), std::end(fds), pair[1]);
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+        char byte = 'x';
+        iovec iov{&byte, 1};
+        msghdr msg{};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof fds);
+        std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+        if (::sendmsg(pair[0], &msg, 0) < 0) err = errno;
+      }
+      (void)!::write(report[1], &err, sizeof err);
+      char end;
+      (void)!::read(hold[0], &end, 1);
+      ::_exit(0);
+    }
+    ::close(report[1]);
+    ::close(hold[0]);
+    hold_.reset(hold[1]);
+    if (::read(report[0], &errno_, sizeof errno_) != sizeof errno_) errno_ = -1;
+    ::close(report[0]);
+  }
+  ~DescriptorsInFlight() {
+    hold_.reset();
+    ::waitpid(pid_, nullptr, 0);
+  }
+  int refusal() const { return errno_; }  // ETOOMANYREFS once it holds past its limit
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd hold_;
+  int errno_ = 0;
+};
+
+// A run's descriptors in flight must not keep another sandbox from starting:
+// each hands its seccomp listener (and a forked run's PID 1 its pidfd) to
+// nsbox over a unix socket. Found by review: one run holding 400 stopped
+// every sandbox of the host, of every tenant, while it lived.
+TEST(UserNsQuotas, AnotherRunsDescriptorsInFlightKeepNoSandboxFromStarting) {
+  if (::geteuid() != 0) GTEST_SKIP() << "runs as the sandboxes' host user only as root";
+  const DescriptorsInFlight held;
+  ASSERT_EQ(held.refusal(), ETOOMANYREFS) << "the holder did not get past its limit";
+  for (const Language language : {Language::kPython, Language::kJavaScript}) {
+    const RunSpec spec = default_exec_spec(language);
+    const ExecRequest request{language,
+                              language == Language::kPython ? "def main(args):\n    return 'ran'\n"
+                                                            : "function main(args) { return 'ran'; }\n",
+                              {}};
+    const ExecOutcome started = run_exec(launcher(), spec, request);
+    EXPECT_EQ(started.return_value, "ran") << started.error.value_or("") << started.run.error;
+    // A warm sandbox, waited for before it is used, as the pool does.
+    std::unique_ptr<PreparedRun> warm = launcher().prepare(spec);
+    EXPECT_TRUE(warm->wait_for_input(std::chrono::seconds(30), std::chrono::milliseconds(5)));
+    const ExecOutcome pooled = finish_exec(*warm, spec, request);
+    EXPECT_EQ(pooled.return_value, "ran") << pooled.error.value_or("") << pooled.run.error;
+    const ExecOutcome forked = ForkServerOf(spec).run(request);
+    EXPECT_EQ(forked.return_value, "ran") << forked.error.value_or("") << forked.run.error;
+  }
 }
 
 }  // namespace

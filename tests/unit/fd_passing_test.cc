@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -106,6 +107,82 @@ TEST(FdPassing, APeerThatClosedHavingSentNothingIsClosed) {
   errno = EINVAL;
   EXPECT_EQ(receive_fd(p.ours.get(), &tag), -1);
   EXPECT_EQ(errno, 0);
+}
+
+// Offers (offer_fd): the receiver takes the fd out of the offering process
+// (pidfd_getfd), so nothing is in flight on the socket; where it cannot, it
+// asks for the fd and it is sent.
+SocketPair passcred_pair() {
+  SocketPair p = seqpacket_pair();
+  const int on = 1;
+  EXPECT_EQ(::setsockopt(p.ours.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on), 0) << errno;
+  return p;
+}
+
+TEST(FdOffers, AnOfferIsTakenFromTheOfferingProcessAndAnswered) {
+  SocketPair p = passcred_pair();
+  Pipe job = make_pipe();
+  int offered = -1;
+  std::thread offerer([&] { offered = offer_fd(p.theirs.get(), job.write.get(), 'L'); });
+  char tag = 0;
+  UniqueFd taken(take_offered_fd(p.ours.get(), &tag));
+  offerer.join();
+  EXPECT_EQ(offered, 0);
+  EXPECT_EQ(tag, 'L');
+  ASSERT_TRUE(taken.valid()) << std::strerror(errno);
+  EXPECT_NE(taken.get(), job.write.get()) << "a new descriptor of the same pipe";
+  EXPECT_EQ(::fcntl(taken.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  expect_same_pipe(taken.get(), job);
+}
+
+TEST(FdOffers, AnOfferAnsweredSendItIsSentAsBefore) {
+  SocketPair p = seqpacket_pair();
+  Pipe job = make_pipe();
+  int offered = -1;
+  std::thread offerer([&] { offered = offer_fd(p.theirs.get(), job.write.get(), 'L'); });
+  FdOffer offer{};
+  ASSERT_EQ(::recv(p.ours.get(), &offer, sizeof offer, 0), static_cast<ssize_t>(sizeof offer));
+  EXPECT_EQ(offer.tag, 'L');
+  EXPECT_EQ(offer.fd, job.write.get());
+  ASSERT_EQ(answer_offer(p.ours.get(), kFdSendIt), 0);
+  char tag = 0;
+  UniqueFd sent(receive_fd(p.ours.get(), &tag));
+  offerer.join();
+  EXPECT_EQ(offered, 0);
+  ASSERT_TRUE(sent.valid());
+  expect_same_pipe(sent.get(), job);
+}
+
+TEST(FdOffers, AnOfferThatCannotBeTakenIsAskedForAndReceived) {
+  SocketPair p = passcred_pair();
+  Pipe job = make_pipe();
+  // An fd number the offering process does not have: pidfd_getfd fails.
+  std::thread offerer([&] {
+    const FdOffer offer{'L', 1 << 20};
+    ASSERT_EQ(::send(p.theirs.get(), &offer, sizeof offer, 0), static_cast<ssize_t>(sizeof offer));
+    char answer = 0;
+    ASSERT_EQ(::recv(p.theirs.get(), &answer, 1, 0), 1);
+    EXPECT_EQ(answer, kFdSendIt);
+    EXPECT_EQ(send_fd(p.theirs.get(), job.write.get(), 'L'), 0);
+  });
+  char tag = 0;
+  UniqueFd taken(take_offered_fd(p.ours.get(), &tag));
+  offerer.join();
+  ASSERT_TRUE(taken.valid()) << std::strerror(errno);
+  expect_same_pipe(taken.get(), job);
+}
+
+TEST(FdOffers, AForkStepMayOfferItsFd) {
+  SocketPair p = passcred_pair();
+  Pipe errors = make_pipe(), job = make_pipe();
+  int offered = -1;
+  std::thread offerer([&] { offered = offer_fd(p.theirs.get(), job.write.get(), 'L'); });
+  UniqueFd got;
+  EXPECT_EQ(expect_from_fork(p.ours.get(), 'L', errors.read.get(), "seccomp listener", &got), ::getpid());
+  offerer.join();
+  EXPECT_EQ(offered, 0);
+  ASSERT_TRUE(got.valid());
+  expect_same_pipe(got.get(), job);
 }
 
 // Whether every write end of the pipe is closed: its read end is at EOF.

@@ -33,6 +33,7 @@ error, report]. Setup failures go to the error fd as nsbox's ChildFailure
 nsbox's InitReport. Both layouts are in include/nsbox/child_report.h.
 """
 import ctypes
+import errno
 import gc
 import json  # preloaded for user code; the settings are JSON too
 import os
@@ -198,6 +199,23 @@ def _load_seccomp(program, notify):
     return fd if notify else -1
 
 
+def _offer_listener(sock, listener):
+    """Offers the seccomp listener by its number: nsbox takes it with
+    pidfd_getfd (fd_passing.h), or answers 'S' and it is sent. Sent outright,
+    it could be refused (ETOOMANYREFS) while another run of this host user
+    holds more descriptors in flight than this process's RLIMIT_NOFILE."""
+    try:
+        # sendmsg and recvmsg: what an allow list with a listener names.
+        sock.sendmsg([struct.pack("=ci", b"L", listener)])
+        answer = sock.recvmsg(1)[0]
+        if answer == b"S":
+            socket.send_fds(sock, [b"L"], [listener])
+        elif answer != b"T":
+            raise OSError(errno.EPROTO if answer else errno.EPIPE, "no answer to the offer")
+    except OSError as e:
+        raise SetupError("sendmsg", "seccomp listener", e.errno)
+
+
 def _become_workload(cfg, fds, error_fd, sock):
     """PID 2: the runner, with the run's stdio and result fd; its seccomp
     filter is loaded last, as a started run's workload's is."""
@@ -220,10 +238,7 @@ def _become_workload(cfg, fds, error_fd, sock):
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     listener = _load_seccomp(cfg["seccomp"], cfg["notify"])
     if listener >= 0:
-        try:
-            socket.send_fds(sock, [b"L"], [listener])
-        except OSError as e:
-            raise SetupError("sendmsg", "seccomp listener", e.errno)
+        _offer_listener(sock, listener)
         os.close(listener)
     # Everything else the zygote or nsbox handed down goes, the run socket
     # and the error fd with it: at end of file, setup is over.
