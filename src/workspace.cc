@@ -66,8 +66,15 @@ void remove_tree_at(int parent_fd, const std::string& name, int depth = 0) {
   ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);
 }
 
-void remove_workspace(const std::string& path, bool mounted) {
-  if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+// The run's own directory inside a workspace's: what is mounted and bound.
+constexpr const char* kWorkspaceInner = "ws";
+
+// Removes the workspace whose outer directory is path, unmounting what is
+// mounted on it first (a tmpfs on path/ws; on path itself as nsbox laid
+// workspaces out before the outer directory existed).
+void remove_workspace(const std::string& path, bool inner_mounted, bool outer_mounted = false) {
+  if (inner_mounted) ::umount2((path + "/" + kWorkspaceInner).c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
+  if (outer_mounted) ::umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW);
   auto slash = path.rfind('/');
   UniqueFd parent(::open(path.substr(0, slash).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (parent) remove_tree_at(parent.get(), path.substr(slash + 1));
@@ -146,7 +153,7 @@ struct Collector {
   const WorkspaceSpec& spec;
   ArtifactReport report;
   uint64_t total = 0;
-  uint64_t examined = 0;          // entries of out/ looked at, of any kind
+  uint64_t examined = 0;           // entries of out/ looked at, of any kind
   uint64_t refusals_unlisted = 0;  // past kMaxRefusalsListed
   bool out_of_entries = false;
 
@@ -213,8 +220,8 @@ struct Collector {
       return;
     }
     if (total + size > spec.max_artifact_bytes) {
-      refuse(rel + " (" + std::to_string(size) + " bytes): over the cap of " +
-             std::to_string(spec.max_artifact_bytes) + " bytes of artifacts");
+      refuse(rel + " (" + std::to_string(size) + " bytes): over the cap of " + std::to_string(spec.max_artifact_bytes) +
+             " bytes of artifacts");
       return;
     }
     total += size;
@@ -251,9 +258,19 @@ void check_input_name(const std::string& name) {
 }
 
 Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) : spec_(spec) {
-  path_ = temp_base() + "/" + kPrefix + next_run_cgroup_name();
-  if (::mkdir(path_.c_str(), 0700) != 0) throw SysError("mkdir workspace", path_, errno);
+  // The run owns its directory and may open it to anyone (chmod 0777):
+  // the outer one, 0700, keeps every other host user out. It is the
+  // sandbox's host user's too, so that PID 1 can bind ws/ by its path, but
+  // lies outside every sandbox's view: no run can change it.
+  outer_ = temp_base() + "/" + kPrefix + next_run_cgroup_name();
+  if (::mkdir(outer_.c_str(), 0700) != 0) throw SysError("mkdir workspace", outer_, errno);
+  path_ = outer_ + "/" + kWorkspaceInner;
   try {
+    if (::geteuid() == 0) {
+      UniqueFd outer(::open(outer_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!outer || ::fchown(outer.get(), host_uid, host_gid) != 0) throw SysError("chown workspace", outer_, errno);
+    }
+    if (::mkdir(path_.c_str(), 0700) != 0) throw SysError("mkdir workspace", path_, errno);
     if (::geteuid() == 0) {
       // A tmpfs caps what the run can write to the host's disk.
       // A size cap alone leaves inodes free: millions of empty files or
@@ -282,12 +299,12 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
       copy_and_hash(src.get(), dir.get(), name, host_uid, host_gid, as_root);
     }
   } catch (...) {
-    remove_workspace(path_, mounted_);
+    remove_workspace(outer_, mounted_);
     throw;
   }
 }
 
-Workspace::~Workspace() { remove_workspace(path_, mounted_); }
+Workspace::~Workspace() { remove_workspace(outer_, mounted_); }
 
 ArtifactReport Workspace::collect() const {
   UniqueFd dir(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -334,7 +351,7 @@ int remove_stale_workspaces() {
   ::closedir(dir);
   for (const auto& name : stale) {
     const std::string path = base + "/" + name;
-    remove_workspace(path, is_mount_point(path));
+    remove_workspace(path, is_mount_point(path + "/" + kWorkspaceInner), is_mount_point(path));
     ++removed;
   }
   return removed;

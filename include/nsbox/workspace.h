@@ -35,15 +35,16 @@ struct ArtifactReport {
 
 class Workspace {
  public:
-  // Creates $TMPDIR/nsbox-run-<pid>-<start>-<n> (a size-capped tmpfs when
-  // nsbox runs as root, else a plain directory) owned by the sandbox's host
-  // ids, with out/, and copies the inputs in. Throws SysError/UsageError.
+  // Creates $TMPDIR/nsbox-run-<pid>-<start>-<n> (nsbox's, 0700) and in it
+  // ws/ (a size- and inode-capped tmpfs when nsbox runs as root, else a
+  // plain directory) owned by the sandbox's host ids, with out/, and copies
+  // the inputs in. Throws SysError/UsageError.
   Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid);
   ~Workspace();
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 
-  const std::string& host_path() const { return path_; }
+  const std::string& host_path() const { return path_; }  // ws/: what the sandbox sees
   bool size_capped() const { return mounted_; }
   // Regular files under out/ within the caps (never following a symlink),
   // copied to spec.artifacts_dir when set, kept in memory when
@@ -52,6 +53,7 @@ class Workspace {
 
  private:
   WorkspaceSpec spec_;
+  std::string outer_;  // nsbox's own directory, which holds path_
   std::string path_;
   bool mounted_ = false;
 };

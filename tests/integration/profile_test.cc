@@ -1,14 +1,20 @@
 // Every profile key's effect on a real sandbox, through the CLI as operators
 // use it: limits, env, mounts, masks, user, seccomp, workspace and artifacts.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
+#include "nsbox/userns.h"
+#include "nsbox/workspace.h"
 
 namespace nsbox::testing {
 namespace {
@@ -314,6 +320,29 @@ TEST(Workspace, ItsFilesAndDirectoriesAreCappedTooSoEmptyOnesCannotFillTheHost) 
   EXPECT_GT(made, 16000) << r.dump();
   EXPECT_LT(made, 16500) << r.dump();
   EXPECT_TRUE(r["artifacts"].empty()) << "empty directories are no artifacts";
+}
+
+// The run owns its workspace and may open it to everyone; another host user
+// must still not reach it, or the two could talk past the sandbox's empty
+// network (a unix socket there) and that user could read the inputs.
+TEST(Workspace, ARunThatOpensItsWorkspaceToAllOpensItToNoOtherHostUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace and another user need root";
+  WorkspaceSpec spec;
+  const HostIds ids = choose_host_ids();
+  Workspace ws(spec, ids.uid, ids.gid);
+  // What the run can do, as the owner of its directory.
+  ASSERT_EQ(::chmod(ws.host_path().c_str(), 0777), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod((ws.host_path() + "/out").c_str(), 0777), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::setresgid(65533, 65533, 65533) != 0 || ::setresuid(65533, 65533, 65533) != 0) ::_exit(2);
+    const int fd = ::open((ws.host_path() + "/out").c_str(), O_RDONLY | O_DIRECTORY);
+    ::_exit(fd >= 0 ? 0 : errno == EACCES ? 1 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << "0: another user opened the run's workspace";
 }
 
 }  // namespace
