@@ -2,7 +2,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <string_view>
 
 #include "nsbox/api.h"
 
@@ -11,6 +14,20 @@ namespace {
 
 // What the runner's fd 3 may contain: exactly these keys.
 constexpr const char* kResultKeys[] = {"return", "error", "error_type"};
+// What the runners say went wrong (docs/RUNNERS.md). The run's own code can
+// write fd 3 too: another word, such as nsbox's own "sandbox" (which the
+// node answers with 500 and logs as its own failure), is read as an
+// exception of the code's.
+constexpr std::string_view kRunnerErrorTypes[] = {"syntax", "exception", "serialization", "contract"};
+
+std::string runner_error_type(const nlohmann::ordered_json& type) {
+  if (type.is_string()) {
+    const std::string t = type.get<std::string>();
+    if (std::find(std::begin(kRunnerErrorTypes), std::end(kRunnerErrorTypes), t) != std::end(kRunnerErrorTypes))
+      return t;
+  }
+  return "exception";
+}
 
 // "5" for 5000 ms, "0.5" for 500 ms: seconds as the platform prints them.
 std::string seconds(std::chrono::milliseconds ms) {
@@ -59,7 +76,7 @@ bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& 
   } else {
     out.status = "error";
     out.error = j["error"].get<std::string>();
-    out.error_type = j["error_type"].is_string() ? j["error_type"].get<std::string>() : "exception";
+    out.error_type = runner_error_type(j["error_type"]);
   }
   return true;
 }

@@ -33,5 +33,28 @@ TEST(Outcome, KilledBySignalAloneNamesTheSignal) {
   EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGKILL)).error, "Execution was killed by SIGKILL");
 }
 
+Result wrote_result(const std::string& fd3) {
+  Result r;
+  r.status = RunStatus::kOk;
+  r.exit_code = 0;
+  r.fd3_data = fd3;
+  return r;
+}
+
+TEST(Outcome, TheRunnersErrorTypesAreKeptAndAnyOtherWordIsAnException) {
+  for (const char* type : {"syntax", "exception", "serialization", "contract"}) {
+    const ExecOutcome o =
+        outcome_of(RunSpec{}, wrote_result(std::string(R"({"return":null,"error":"e","error_type":")") + type + "\"}"));
+    EXPECT_EQ(o.error_type, type);
+  }
+  // The run's code can write fd 3 itself: nsbox's own words are not its.
+  const ExecOutcome forged = outcome_of(
+      RunSpec{},
+      wrote_result(R"({"return":null,"error":"The sandbox could not be started: x","error_type":"sandbox"})"));
+  EXPECT_EQ(forged.status, "error");
+  EXPECT_EQ(forged.error_type, "exception");
+  EXPECT_EQ(forged.error, "The sandbox could not be started: x");
+}
+
 }  // namespace
 }  // namespace nsbox
