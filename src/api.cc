@@ -68,6 +68,28 @@ size_t json_nesting_depth(std::string_view text, size_t limit) {
   return deepest;
 }
 
+size_t json_value_count(std::string_view text, size_t limit) {
+  size_t values = 1;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if ((c == ',' || c == '[' || c == '{') && ++values > limit) {
+      return limit + 1;
+    }
+  }
+  return values;
+}
+
 namespace {
 
 // The code unit of the \uXXXX escape at text[i] (text[i] is the backslash),
@@ -122,6 +144,9 @@ ParsedJson parse_untrusted_json(std::string_view text) {
   ParsedJson parsed;
   if (json_nesting_depth(text) > kMaxJsonDepth) {
     parsed.error = "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+  } else if (json_value_count(text) > kMaxJsonValues) {
+    parsed.error =
+        "too large: more than " + std::to_string(kMaxJsonValues) + " values (array elements and object members)";
   } else if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
     parsed.error = "not valid JSON: a NUL byte at offset " + std::to_string(nul);
   } else {

@@ -62,6 +62,13 @@ bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& 
     out.error = "the return value is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return true;
   }
+  if (json_value_count(run.fd3_data) > kMaxJsonValues) {
+    out.status = "error";
+    out.error_type = "serialization";
+    out.error = "the return value holds more than " + std::to_string(kMaxJsonValues) +
+                " values (array elements and object members)";
+    return true;
+  }
   auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
   // Lone surrogates have no UTF-8 form: they come back as U+FFFD.
   if (j.is_discarded()) j = nlohmann::ordered_json::parse(replace_lone_surrogate_escapes(run.fd3_data), nullptr, false);

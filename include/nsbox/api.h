@@ -23,6 +23,18 @@ constexpr size_t kMaxJsonDepth = 1000;
 // limit + 1 as soon as it is exceeded. Not a validator.
 size_t json_nesting_depth(std::string_view text, size_t limit = kMaxJsonDepth);
 
+// How many values (array elements, object members, the document) JSON may
+// hold in a request or a result. Parsed, each costs nsbox 16 to 60 bytes, and
+// a result is parsed twice (in the worker and the node): `[[]]*4000000`, 16 MB
+// as text, held 650 MB in the worker and 470 MB in the node, outside any
+// run's limits, before this bound.
+constexpr size_t kMaxJsonValues = 1000000;
+
+// An upper bound of the values in text: its commas and opening brackets
+// outside strings, plus one; limit + 1 as soon as it is exceeded. Not a
+// validator.
+size_t json_value_count(std::string_view text, size_t limit = kMaxJsonValues);
+
 // text with every \uXXXX escape of a lone UTF-16 surrogate (one not in a
 // high-low pair) replaced by \ufffd. The runners write such strings this
 // way (Python "\udcff", JavaScript String.fromCharCode(0xd800)); a JSON
@@ -32,7 +44,8 @@ std::string replace_lone_surrogate_escapes(std::string_view text);
 // A JSON document parsed from text nsbox does not trust (a request body,
 // `exec --inputs`), or why not: error is "nested deeper than 1000 levels"
 // (checked first: the parser recurses, and a deep enough document would
-// overflow its stack) or "not valid JSON: <reason>" (a NUL byte, at which
+// overflow its stack), "too large: more than 1000000 values ..."
+// (kMaxJsonValues) or "not valid JSON: <reason>" (a NUL byte, at which
 // nlohmann would end its input and ignore what follows; a syntax error; a
 // number too large for a double). Never throws a parse error.
 struct ParsedJson {

@@ -548,6 +548,25 @@ TEST_F(Node, DeepNestingIsRefusedInRequestsAndResults) {
   ASSERT_TRUE(health) << "the node survived";
 }
 
+// A few MB of text that would parse into hundreds of MB in the worker and
+// the node, outside the run's limits.
+TEST_F(Node, AMillionValuesAreRefusedInRequestsAndResults) {
+  std::string many = "[";  // 2 MB: within the body limit
+  for (int i = 0; i < 1000000; ++i) many += "0,";
+  many += "0]";
+  auto r = post(node_.client(), "/run", R"({"code": "def main(a):\n    return 1", "inputs": {"a": )" + many + "}}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"request body is too large: more than 1000000 values (array elements and "
+            "object members)\"}");
+  r = post(node_.client(), "/run", request("def main(args):\n    return [[]] * 4000000"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"the return value holds more than 1000000 values (array elements and "
+            "object members)\"}");
+}
+
 TEST_F(Node, LoneSurrogatesInAResultComeBackAsReplacementCharacters) {
   // Python keeps a lone surrogate in a str; JavaScript in a string. Neither has
   // a UTF-8 form, so the answer carries U+FFFD in its place, keys included.

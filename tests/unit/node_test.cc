@@ -253,6 +253,25 @@ TEST(JsonNestingDepth, CountsArraysAndObjectsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("[[]][[]]"), 2u);
 }
 
+TEST(JsonValueCount, CountsElementsAndMembersOutsideStrings) {
+  EXPECT_EQ(json_value_count("1"), 1u);
+  EXPECT_EQ(json_value_count("[]"), 2u) << "an upper bound: the array and room for one element";
+  EXPECT_EQ(json_value_count(R"({"a": [1, 2], "b": 3})"), 5u);
+  EXPECT_EQ(json_value_count(R"(["a,b,[{", "\",,"])"), 3u) << "commas and brackets in strings do not count";
+  std::string many = "[";
+  for (size_t i = 0; i < kMaxJsonValues; ++i) many += "[],";
+  EXPECT_EQ(json_value_count(many), kMaxJsonValues + 1);
+}
+
+TEST(DecodeRunRequest, RefusesMoreThanAMillionValuesBeforeParsing) {
+  std::string inputs = "[";
+  for (size_t i = 0; i < kMaxJsonValues; ++i) inputs += "[],";
+  inputs += "[]]";
+  auto d = decode_run_request(R"({"code": "x", "inputs": {"a": )" + inputs + "}}", std::nullopt);
+  EXPECT_FALSE(d.request);
+  EXPECT_EQ(d.error, "request body is too large: more than 1000000 values (array elements and object members)");
+}
+
 TEST(LoneSurrogateEscapes, AreReplacedAndPairsAndOtherEscapesKept) {
   EXPECT_EQ(replace_lone_surrogate_escapes(R"({"a": "x\udcffy"})"), R"({"a": "x\ufffdy"})");
   EXPECT_EQ(replace_lone_surrogate_escapes(R"(["\uD800", "\ud800\u0041"])"), R"(["\ufffd", "\ufffd\u0041"])")

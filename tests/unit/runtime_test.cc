@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "nsbox/api.h"
 #include "nsbox/runtime.h"
 
 namespace nsbox {
@@ -54,6 +55,17 @@ TEST(Outcome, TheRunnersErrorTypesAreKeptAndAnyOtherWordIsAnException) {
   EXPECT_EQ(forged.status, "error");
   EXPECT_EQ(forged.error_type, "exception");
   EXPECT_EQ(forged.error, "The sandbox could not be started: x");
+}
+
+TEST(Outcome, AResultOfMoreThanAMillionValuesIsASerializationErrorNotParsed) {
+  std::string value = "[";
+  for (size_t i = 0; i < kMaxJsonValues; ++i) value += "[],";
+  value += "[]]";
+  const ExecOutcome o =
+      outcome_of(RunSpec{}, wrote_result(R"({"return":)" + value + R"(,"error":null,"error_type":null})"));
+  EXPECT_EQ(o.status, "error");
+  EXPECT_EQ(o.error_type, "serialization");
+  EXPECT_EQ(o.error, "the return value holds more than 1000000 values (array elements and object members)");
 }
 
 }  // namespace
