@@ -70,4 +70,28 @@ uint32_t Admission::queued() const {
   return static_cast<uint32_t>(waiters_.size());
 }
 
+bool TenantShares::try_take(const std::string& tenant, uint32_t most) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint32_t& n = held_[tenant];
+  if (most != 0 && n >= most) {
+    if (n == 0) held_.erase(tenant);
+    return false;
+  }
+  ++n;
+  return true;
+}
+
+void TenantShares::give_back(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = held_.find(tenant);
+  if (it == held_.end()) return;
+  if (--it->second == 0) held_.erase(it);
+}
+
+uint32_t TenantShares::held(const std::string& tenant) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = held_.find(tenant);
+  return it == held_.end() ? 0 : it->second;
+}
+
 }  // namespace nsbox

@@ -386,6 +386,7 @@ class Node {
   std::shared_ptr<AuditLog> audit_;
   const Spawner& spawner_;
   Admission admission_;
+  TenantShares tenant_shares_;
   mutable Metrics metrics_;
   UniqueFd cancel_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
@@ -566,6 +567,14 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   }
   if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
     return reply(req, res, 200, error_body("No code provided."));
+  if (!tenant_shares_.try_take(tenant->name, tenant->max_requests)) {
+    res.set_header("Retry-After", "1");
+    return reject(req, res, "tenant_limit", 429,
+                  "too many requests: tenant " + tenant->name + " already has " + std::to_string(tenant->max_requests) +
+                      " requests running or queued (its max_requests); retry later",
+                  tenant);
+  }
+  TenantShare share(tenant_shares_, tenant->name);
   switch (admission_.acquire()) {
     case Admission::Verdict::kAdmitted:
       break;

@@ -35,7 +35,7 @@ const profile_yaml::Schema& schema() {
   static const profile_yaml::Schema sections = {
       {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors", "cgroup_parent"}},
       {"listeners[]", {"address", "language", "tenant"}},
-      {"tenants[]", {"name", "token", "token_file", "profile"}},
+      {"tenants[]", {"name", "token", "token_file", "profile", "max_requests"}},
       {"limits",
        {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "request_timeout", "grace_period", "pool_size",
         "pool_memory"}},
@@ -161,6 +161,7 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
   t.profile_ref = profile->text();
   t.profile = load_tenant_profile(*profile, t.profile_ref, dir, search);
   check_fork_requests(*profile, t.profile_ref, t.profile);
+  if (auto most = map.get("max_requests")) t.max_requests = static_cast<uint32_t>(most->integer(1, kMaxQueue));
   finish_tenant(t);
   return t;
 }

@@ -45,7 +45,8 @@ void print_summary(const nsbox::NodeConfig& c) {
   }
   for (const auto& t : c.tenants)
     std::cout << "  tenant " << t.name << " profile=" << t.profile.name
-              << " token=" << (t.token.empty() ? "none" : "set") << "\n";
+              << " token=" << (t.token.empty() ? "none" : "set")
+              << (t.max_requests ? " max_requests=" + std::to_string(t.max_requests) : std::string()) << "\n";
   std::cout << "  max_concurrent " << c.max_concurrent << ", queue_depth " << c.queue_depth << "\n";
 }
 

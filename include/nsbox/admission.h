@@ -7,7 +7,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <mutex>
+#include <string>
 
 namespace nsbox {
 
@@ -59,6 +61,34 @@ class AdmissionSlot {
 
  private:
   Admission* admission_;
+};
+
+// Each tenant's requests admitted at once (running or queued), against the
+// tenant's own bound: one tenant cannot take every sandbox and queue place
+// of the node. Thread-safe.
+class TenantShares {
+ public:
+  // Counts one more of tenant's requests unless it already has `most`
+  // (0: no bound of its own); false when it has.
+  bool try_take(const std::string& tenant, uint32_t most);
+  void give_back(const std::string& tenant);
+  uint32_t held(const std::string& tenant) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, uint32_t> held_;  // only tenants with requests in
+};
+
+class TenantShare {
+ public:
+  TenantShare(TenantShares& shares, std::string tenant) : shares_(&shares), tenant_(std::move(tenant)) {}
+  TenantShare(const TenantShare&) = delete;
+  TenantShare& operator=(const TenantShare&) = delete;
+  ~TenantShare() { shares_->give_back(tenant_); }
+
+ private:
+  TenantShares* shares_;
+  std::string tenant_;
 };
 
 }  // namespace nsbox

@@ -779,6 +779,44 @@ TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
   EXPECT_EQ(first, "{\"return\": 1, \"error\": null}");
 }
 
+// A tenant at its max_requests is refused, and another tenant still runs:
+// one tenant cannot take every sandbox and queue place of the node.
+TEST(NodeTenantShares, ATenantAtItsMaxRequestsIs429AndOthersStillRun) {
+  NodeProcess node(R"(tenants:
+  - {name: busy, token: busy-token-0123456789abcdef, profile: default, max_requests: 1}
+  - {name: other, token: other-token-0123456789abcdef, profile: default}
+limits: {max_concurrent: 2, queue_depth: 2}
+)");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const httplib::Headers busy = {{"Authorization", "Bearer busy-token-0123456789abcdef"}};
+  std::string first;
+  std::thread slow([&] {
+    auto r =
+        post(node.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 1"), busy);
+    if (r) first = r->body;
+  });
+  EXPECT_TRUE(node.wait_running(1)) << node.log();
+  auto r = post(node.client(), "/run", request("def main(args):\n    return 2"), busy);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(r->body,
+            "{\"return\": null, \"error\": \"too many requests: tenant busy already has 1 requests running or queued "
+            "(its max_requests); retry later\"}");
+  r = post(node.client(), "/run", request("def main(args):\n    return 3"),
+           {{"Authorization", "Bearer other-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}") << "the other tenant is not held up";
+  slow.join();
+  EXPECT_EQ(first, "{\"return\": 1, \"error\": null}");
+  r = post(node.client(), "/run", request("def main(args):\n    return 4"), busy);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 4, \"error\": null}") << "its share is given back when its run ends";
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("nsbox_rejected_requests_total{reason=\"tenant_limit\"} 1\n"), std::string::npos);
+}
+
 TEST_F(NodeWithTenants, AClientWaitingFor100ContinueIsRefusedBeforeItSendsTheBody) {
   // An unknown token, a page from an unlisted origin: the refusal must come
   // instead of 100 Continue, not after the client has uploaded its body.

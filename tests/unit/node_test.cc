@@ -94,6 +94,7 @@ tenants:
   - name: acme
     token: acme-0123456789abcdef
     profile: ../profiles/tenants/acme-analytics.yaml
+    max_requests: 2
 default_tenant: public
 limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, request_timeout: 90s,
          grace_period: 0s}
@@ -107,6 +108,8 @@ cors: {allow_origins: ["https://Studio.Example.com"]}
   EXPECT_EQ(c.tenant_for_token("acme-0123456789abcdeF"), nullptr);
   EXPECT_EQ(c.tenant_for_token(""), nullptr) << "a tenant without token is never selected by an empty one";
   EXPECT_EQ(c.tenant("acme")->profile.name, "acme-analytics");
+  EXPECT_EQ(c.tenant("acme")->max_requests, 2u);
+  EXPECT_EQ(c.tenant("public")->max_requests, 0u) << "unset: only the node's bounds";
   EXPECT_EQ(c.max_concurrent, 3u);
   EXPECT_EQ(c.queue_depth, 0u);
   EXPECT_EQ(c.body_limit, 64u << 10);
@@ -151,6 +154,7 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
       {std::string(kMinimal) + "cors:\n  allow_origins: ['*']\n", "is not an origin like https://app.example.com"},
       {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},
+      {"tenants:\n  - {name: a, profile: default, max_requests: 0}\n", "tenants[0].max_requests"},
       {"- a\n", "the top level must be a map of node settings"},
   };
   for (const auto& tc : cases) {
@@ -373,6 +377,24 @@ TEST(Admission, SlotsThenQueueThenFull) {
   EXPECT_EQ(a.running(), 1u);
   a.release();
   EXPECT_TRUE(a.wait_idle(std::chrono::steady_clock::now()));
+}
+
+TEST(TenantShares, EachTenantUpToItsOwnBoundAndNoneWithout) {
+  TenantShares shares;
+  EXPECT_TRUE(shares.try_take("a", 2));
+  EXPECT_TRUE(shares.try_take("a", 2));
+  EXPECT_FALSE(shares.try_take("a", 2)) << "a holds its two";
+  EXPECT_EQ(shares.held("a"), 2u);
+  EXPECT_TRUE(shares.try_take("b", 2)) << "b's share is its own";
+  for (int i = 0; i < 100; ++i) EXPECT_TRUE(shares.try_take("c", 0)) << "0: no bound of its own";
+  shares.give_back("a");
+  EXPECT_TRUE(shares.try_take("a", 2)) << "one given back, one more taken";
+  {
+    ASSERT_TRUE(shares.try_take("d", 1));
+    TenantShare held(shares, "d");
+    EXPECT_FALSE(shares.try_take("d", 1));
+  }
+  EXPECT_EQ(shares.held("d"), 0u) << "given back when the share goes";
 }
 
 TEST(Admission, WaitersAreServedInArrivalOrder) {
