@@ -198,6 +198,8 @@ bool chunked_framing_too_long() {
   return r && r->chunked && r->framing.too_long();
 }
 
+int served_socket() { return t_reading && t_reading->socket ? t_reading->socket.get() : -1; }
+
 bool request_arrived() {
   Reading* r = t_reading;
   if (!r) return true;

@@ -117,7 +117,7 @@ std::string Metrics::render(const Gauges& g) const {
   single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.", timeouts_);
   family(out, "nsbox_rejected_requests_total", "counter", "Requests refused before any sandbox, by reason.");
   for (const char* reason : {"overload", "tenant_limit", "unauthorized", "forbidden", "too_large", "head_too_large",
-                             "timeout", "bad_request", "shutting_down"}) {
+                             "timeout", "bad_request", "shutting_down", "client_closed"}) {
     auto it = rejected_.find(reason);
     out << "nsbox_rejected_requests_total{reason=\"" << reason << "\"} " << (it == rejected_.end() ? 0 : it->second)
         << "\n";

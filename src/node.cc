@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -88,6 +89,32 @@ size_t request_threads(const NodeConfig& c) {
 // Set on the thread that answers connections beyond the node's capacity:
 // they get a 429 without touching the admission queue.
 thread_local bool t_shedding = false;
+
+// Whether the client of socket (-1: unknown) closed its connection, or shut
+// it for sending: no one is left to read an answer.
+bool client_went_away(int socket) {
+  if (socket < 0) return false;
+  pollfd p{socket, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+// An fd that turns readable when the node cancels its runs (node_cancel)
+// or the client goes away (client, as client_went_away): a run waits on
+// it, and its sandbox is torn down at either. Invalid when it cannot be
+// made; the node's alone then applies.
+UniqueFd cancel_on_node_or_client(int node_cancel, int client) {
+  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (!ep || client < 0) return {};
+  epoll_event node{};
+  node.events = EPOLLIN;
+  // Data the client sends is no reason to cancel: only its going away is.
+  epoll_event gone{};
+  gone.events = EPOLLRDHUP;
+  if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, node_cancel, &node) != 0 ||
+      ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, client, &gone) != 0)
+    return {};
+  return ep;
+}
 
 // httplib's ThreadPool queues accepted connections without bound, and
 // gives each a thread before its request has arrived. Here a connection
@@ -590,12 +617,17 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
       return reject(req, res, "shutting_down", 503, "the node is shutting down; retry on another node", tenant);
   }
   AdmissionSlot slot(admission_);
+  const int client = served_socket();
+  if (client_went_away(client))
+    return reject(req, res, "client_closed", 499,
+                  "the client closed its connection while its request waited for a sandbox: not run", tenant);
+  const UniqueFd run_cancel = cancel_on_node_or_client(cancel_.get(), client);
   Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request)};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
   const auto start = Clock::now();
   JobResult result;
   try {
-    result = spawner_.run(job, cancel_.get());
+    result = spawner_.run(job, run_cancel ? run_cancel.get() : cancel_.get());
   } catch (const std::exception& e) {
     result = json{{"return", nullptr},
                   {"error", std::string("The sandbox could not be started: ") + e.what()},

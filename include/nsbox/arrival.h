@@ -33,6 +33,11 @@ int take_accepted_socket();
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
 
+// On a request thread: a duplicate of its connection's socket, open while
+// the request is served, or -1 (a thread the watch did not start). For
+// watching whether the client went away, never for reading or writing.
+int served_socket();
+
 // On a request thread, from its headers: the body is chunked, so from here
 // a framing line past kMaxFramingLine fails the read of the connection
 // (cpp-httplib would read it whole into memory).

@@ -779,6 +779,53 @@ TEST_F(NodeWithTenants, OverCapacityIs429WithRetryAfter) {
   EXPECT_EQ(first, "{\"return\": 1, \"error\": null}");
 }
 
+// A POST /run of code on its own connection, left open; -1 if it could not
+// be sent.
+int start_run_and_keep_the_connection(int port, const std::string& code) {
+  const std::string body = request(code);
+  const std::string text = "POST /run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int s = connect_loopback(port);
+  if (s >= 0 && ::send(s, text.data(), text.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(text.size())) {
+    ::close(s);
+    return -1;
+  }
+  return s;
+}
+
+// No one is left to read the answer: a run is torn down, a request still
+// queued is never run. Gateways that give up on a slow answer and retry
+// would otherwise pile runs up.
+TEST(NodeClients, AClientThatGoesAwayEndsItsRunAndItsQueuedRequest) {
+  NodeProcess node(
+      "tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\n"
+      "limits: {max_concurrent: 1, queue_depth: 2}\naudit_log: audit.log\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const int running =
+      start_run_and_keep_the_connection(node.port(), "import time\ndef main(args):\n    time.sleep(60)\n    return 1");
+  ASSERT_GE(running, 0);
+  ASSERT_TRUE(node.wait_running(1)) << node.log();
+  const int queued = start_run_and_keep_the_connection(node.port(), "def main(args):\n    return 2");
+  ASSERT_GE(queued, 0);
+  ASSERT_TRUE(wait_metric(node, "nsbox_queue_depth", 1)) << node.log();
+  ::close(queued);
+  const auto closed = std::chrono::steady_clock::now();
+  ::close(running);
+  EXPECT_TRUE(node.wait_running(0)) << node.log();
+  EXPECT_LT(std::chrono::steady_clock::now() - closed, 20s) << "torn down, not left to sleep its 60 s";
+  EXPECT_TRUE(wait_metric(node, "nsbox_rejected_requests_total{reason=\"client_closed\"}", 1)) << node.log();
+  // Each one is in the audit log: the run as killed, the queued one refused.
+  std::vector<json> lines;
+  for (int i = 0; i < 250 && lines.size() < 2; ++i) {
+    lines = audit_lines_of(node.dir() + "/audit.log");
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_EQ(lines.size(), 2u) << slurp(node.dir() + "/audit.log");
+  std::set<std::string> seen;
+  for (const json& l : lines) seen.insert(l["event"].get<std::string>() + " " + l["status"].dump());
+  EXPECT_EQ(seen, (std::set<std::string>{"run \"killed\"", "refused 499"}));
+}
+
 // A tenant at its max_requests is refused, and another tenant still runs:
 // one tenant cannot take every sandbox and queue place of the node.
 TEST(NodeTenantShares, ATenantAtItsMaxRequestsIs429AndOthersStillRun) {
