@@ -94,21 +94,16 @@ static struct msghdr one_byte_message(char* byte, struct iovec* iov, union messa
   return msg;
 }
 
-/* Sends one byte of tag and a pidfd of this process: nsbox learns the pid
- * from the credentials and holds the pidfd, which a reused pid cannot fool. */
+/* Sends one byte of tag: nsbox learns this process's pid from the
+ * credentials the kernel attaches, and opens its pidfd while this process
+ * waits for the answer. No descriptor is sent: this process has the
+ * sandboxes' host user, whose descriptors in flight another run can push
+ * past any limit (ETOOMANYREFS). */
 static void send_self(const struct nsbox_run* run, char tag) {
-  int me = (int)syscall(SYS_pidfd_open, getpid(), 0);
-  if (me < 0) fail(run, "pidfd_open", "run init", errno);
-  union message_control control;
-  struct iovec iov;
-  struct msghdr msg = one_byte_message(&tag, &iov, &control, 1);
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &me, sizeof me);
-  if (sendmsg(run->fds[FD_RUN], &msg, MSG_NOSIGNAL) != 1) fail(run, "sendmsg", "run socket", errno);
-  close(me);
+  ssize_t n;
+  do n = send(run->fds[FD_RUN], &tag, 1, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n != 1) fail(run, "sendmsg", "run socket", errno);
 }
 
 /* Gets this process into the run's cgroup. Until then the memory it

@@ -90,12 +90,13 @@ json refusal_record(const RefusalContext& ctx) {
   j["time"] = utc_timestamp();
   j["event"] = "refused";
   j["client"] = ctx.client;
-  j["method"] = ctx.method;
-  j["path"] = ctx.path.size() > kAuditPathMax ? ctx.path.substr(0, kAuditPathMax) : ctx.path;
+  auto cut = [](const std::string& text) { return text.substr(0, kAuditFieldMax); };
+  j["method"] = cut(ctx.method);
+  j["path"] = cut(ctx.path);
   j["tenant"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.tenant);
   j["status"] = ctx.status;
   j["reason"] = ctx.reason;
-  j["message"] = ctx.message;
+  j["message"] = cut(ctx.message);
   return j;
 }
 

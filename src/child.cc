@@ -203,7 +203,7 @@ pid_t start_workload(const ChildConfig& c) noexcept {
 void hand_over_proxy_listener(const ChildConfig& c) noexcept {
   int fd = listen_on_loopback(c.proxy_port);
   if (fd < 0) fail(c, "listen", "egress proxy socket 127.0.0.1", -fd);
-  if (int err = send_fd(c.proxy_sock, fd, 'P')) fail(c, "sendmsg", "egress proxy socket", err);
+  if (int err = offer_fd(c.proxy_sock, fd, 'P')) fail(c, "sendmsg", "egress proxy socket", err);
   ::close(fd);
   ::close(c.proxy_sock);
 }

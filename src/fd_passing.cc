@@ -64,8 +64,9 @@ int receive_fd(int sock, char* tag) noexcept {
   return fd;
 }
 
-// sendmsg and recvmsg, not send and recv: an allow list that lets a run
-// hand over its listener names these two (SeccompProgram::allow_list).
+// sendmsg, not send: an allow list lets a run hand over its listener when
+// it names sendmsg (SeccompProgram::allow_list); the answer is read with
+// read(), which every list names.
 int send_bytes(int sock, const void* data, size_t size) noexcept {
   iovec iov{const_cast<void*>(data), size};
   msghdr msg{};
@@ -94,12 +95,8 @@ int offer_fd(int sock, int fd, char tag) noexcept {
   const FdOffer offer{tag, fd};
   if (int err = send_bytes(sock, &offer, sizeof offer)) return err;
   char answer = 0;
-  iovec iov{&answer, 1};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
   ssize_t n;
-  do n = ::recvmsg(sock, &msg, 0);
+  do n = ::read(sock, &answer, 1);
   while (n < 0 && errno == EINTR);
   if (n < 0) return errno;
   if (n == 0) return EPIPE;

@@ -1,7 +1,5 @@
 #include "nsbox/fork_server.h"
 
-#include <sys/resource.h>
-
 #include <sys/mount.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 #include "nsbox/digest.h"
 #include "nsbox/mounts.h"
 #include "nsbox/userns.h"
+#include "nsbox/workspace.h"
 
 namespace nsbox {
 
@@ -59,14 +58,6 @@ RunSpec fork_server_spec(const RunSpec& run_spec, int control_fd) {
   spec.limits.stderr_bytes = kForkServerOutputBytes;
   spec.limits.wall_time = std::chrono::milliseconds(0);
   spec.limits.cpu_time = std::chrono::milliseconds(0);
-  // The fork server and each run's PID 1 (until it takes the run's limits)
-  // hand descriptors to nsbox (SCM_RIGHTS), which the kernel refuses once the
-  // sandboxes' host user has more in flight than the sender's RLIMIT_NOFILE;
-  // a run can hold a few hundred past its own. nsbox's own limit keeps that
-  // out of a run's reach. Neither runs run code.
-  rlimit own{};
-  if (::getrlimit(RLIMIT_NOFILE, &own) == 0 && own.rlim_max > spec.limits.open_files)
-    spec.limits.open_files = own.rlim_max;
   spec.egress.reset();
   // Each run mounts a fresh tmpfs on the workspace path, which must exist.
   if (spec.workspace) spec.tmpfs.push_back({spec.workspace->inside_path, 4096});
@@ -106,19 +97,20 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   json env = json::array();
   for (const auto& [k, v] : spec.env) env.push_back({k, v});
   const sock_fprog* prog = program.program();
-  json j = {
-      {"hostname", spec.hostname},
-      {"tmpfs", std::move(tmpfs)},
-      {"workspace", spec.workspace ? json{{"path", spec.workspace->inside_path}, {"size", spec.workspace->size_bytes}}
-                                   : json(nullptr)},
-      {"proc_mask_files", std::move(files)},
-      {"proc_mask_dirs", std::move(dirs)},
-      {"rlimits", std::move(limits)},
-      {"quotas", std::move(quotas)},
-      {"cwd", spec.cwd},
-      {"env", std::move(env)},
-      {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
-      {"notify", program.notifies()}};
+  json j = {{"hostname", spec.hostname},
+            {"tmpfs", std::move(tmpfs)},
+            {"workspace", spec.workspace ? json{{"path", spec.workspace->inside_path},
+                                                {"size", spec.workspace->size_bytes},
+                                                {"inodes", workspace_inodes(*spec.workspace)}}
+                                         : json(nullptr)},
+            {"proc_mask_files", std::move(files)},
+            {"proc_mask_dirs", std::move(dirs)},
+            {"rlimits", std::move(limits)},
+            {"quotas", std::move(quotas)},
+            {"cwd", spec.cwd},
+            {"env", std::move(env)},
+            {"seccomp", to_hex(reinterpret_cast<const unsigned char*>(prog->filter), prog->len * sizeof(sock_filter))},
+            {"notify", program.notifies()}};
   return j.dump();
 }
 

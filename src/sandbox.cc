@@ -1010,8 +1010,14 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     // until it is in the run's cgroup before it does anything for the run
     // (its other namespaces, mounts, the workload are all made in there).
     // Held from now on, so that any failure below kills it.
-    UniqueFd init_pidfd;
-    const pid_t init = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "run init", &init_pidfd);
+    // Its pidfd is opened here from the pid its credentials give, not sent:
+    // PID 1 has the sandboxes' host user, whose descriptors in flight
+    // another run can push past any limit (docs/SECURITY.md, "Counts the
+    // kernel keeps per host user"). It waits for the answer, so the pid is
+    // still its own.
+    const pid_t init = expect_from_fork(run_sock.get(), 'P', errors.read.get(), "run init");
+    UniqueFd init_pidfd(static_cast<int>(::syscall(SYS_pidfd_open, init, 0)));
+    if (!init_pidfd) throw SysError("pidfd_open", "the run's PID 1", errno);
     st->proc.emplace(init, std::move(init_pidfd), false);
     // v1: PID 1 joins the cgroup itself through the fds the answer 'j'
     // carries (no RCU grace period); v2: it is moved here, and the answer
@@ -1029,9 +1035,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     send_with_fds(run_sock.get(), join.empty() ? "c" : "j", join_fds.data(), join_fds.size(),
                   "cgroup answer to the run's PID 1");
     join.clear();
-    UniqueFd ready_pidfd;
     // 'U': its view is built, its user namespace's quotas set (forkinit.c).
-    if (expect_from_fork(run_sock.get(), 'U', errors.read.get(), "run init", &ready_pidfd) != init)
+    if (expect_from_fork(run_sock.get(), 'U', errors.read.get(), "run init") != init)
       throw SysError("fork server", "the run's view was reported by another process than its PID 1", EPROTO);
     // The join ran in code the rootfs ships, not this binary: no workload
     // exists yet, and none is let run unless PID 1 is in the run's cgroup.

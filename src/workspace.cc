@@ -30,8 +30,6 @@ constexpr int kMaxDepth = 16;
 constexpr uint64_t kEntriesBeyondArtifacts = 4096;
 // At most this many refused entries are named, then one line counts the rest.
 constexpr size_t kMaxRefusalsListed = 64;
-// The workspace tmpfs's files and directories: inputs and artifacts, and
-// this many more for the run's own use.
 constexpr uint64_t kWorkspaceSpareInodes = 16384;
 
 std::string temp_base() {
@@ -251,6 +249,10 @@ struct Collector {
 
 }  // namespace
 
+uint64_t workspace_inodes(const WorkspaceSpec& spec) {
+  return kWorkspaceSpareInodes + spec.max_artifacts + spec.inputs.size();
+}
+
 void check_input_name(const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       name.find('\0') != std::string::npos)
@@ -273,10 +275,8 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
     if (::mkdir(path_.c_str(), 0700) != 0) throw SysError("mkdir workspace", path_, errno);
     if (::geteuid() == 0) {
       // A tmpfs caps what the run can write to the host's disk.
-      // A size cap alone leaves inodes free: millions of empty files or
-      // directories for the collector to walk.
-      const uint64_t inodes = kWorkspaceSpareInodes + spec.max_artifacts + spec.inputs.size();
-      const std::string data = "size=" + std::to_string(spec.size_bytes) + ",nr_inodes=" + std::to_string(inodes) +
+      const std::string data = "size=" + std::to_string(spec.size_bytes) +
+                               ",nr_inodes=" + std::to_string(workspace_inodes(spec)) +
                                ",mode=0700,uid=" + std::to_string(host_uid) + ",gid=" + std::to_string(host_gid);
       if (::mount("tmpfs", path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, data.c_str()) != 0)
         throw SysError("mount workspace tmpfs", path_, errno);

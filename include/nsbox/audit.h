@@ -54,10 +54,11 @@ struct RefusalContext {
 
 // {"time", "event": "refused", "client", "method", "path", "tenant",
 //  "status", "reason", "message"}; tenant is null when the request was not
-//  authenticated, path is cut at kAuditPathMax bytes. Never a header's value:
-//  a wrong token stays out of the log.
+//  authenticated; method, path and message are cut at kAuditFieldMax bytes
+//  (a message may echo what the client sent). Never a header's value: a
+//  wrong token stays out of the log.
 nlohmann::ordered_json refusal_record(const RefusalContext& ctx);
-inline constexpr size_t kAuditPathMax = 256;
+inline constexpr size_t kAuditFieldMax = 256;
 
 // How many refusal lines one second of the audit log may hold: anyone who
 // reaches a listener can be refused, and must not be able to fill the disk.

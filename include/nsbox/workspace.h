@@ -64,6 +64,12 @@ class Workspace {
 // spec.keep_content.
 ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir);
 
+// The files and directories a workspace's tmpfs may hold (its nr_inodes):
+// the artifacts and inputs, and 16384 more for the run's own use. A size
+// cap alone leaves inodes free: millions of empty files or directories for
+// the artifact walk to go through.
+uint64_t workspace_inodes(const WorkspaceSpec& spec);
+
 // Validates an input name: a plain file name, no '/', not "." or "..".
 void check_input_name(const std::string& name);
 

@@ -125,6 +125,7 @@ def main(args):
         'cgroup': [l.split(':', 2)[2] for l in open('/proc/self/cgroup').read().splitlines()],
         'interfaces': [n for _, n in socket.if_nameindex()],
         'tmp': sorted(os.listdir('/tmp')), 'workspace': sorted(os.listdir('/workspace')),
+        'workspace_inodes': os.statvfs('/workspace').f_files,
         'dev': sorted(os.listdir('/dev')), 'pts': sorted(os.listdir('/dev/pts')),
         'rootfs': rootfs, 'attempts': attempts, 'dumpable': open('/proc/self/stat').read() != '',
     }
@@ -156,6 +157,7 @@ TEST_F(ForkServer, ARunSeesWhatAStartedRunSees) {
   EXPECT_EQ(forked["denied_syscalls"]["ptrace"], 1) << forked.dump();
   EXPECT_EQ(forked["denied_syscalls"]["keyctl"], 1) << forked.dump();
   EXPECT_EQ(forked["return"]["attempts"]["ptrace"], json({-1, EPERM}));
+  EXPECT_EQ(forked["return"]["workspace_inodes"], 16384 + 64) << "the workspace's inode cap, as a started run's";
   EXPECT_EQ(forked["return"]["caps"],
             json({"0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000"}));
 }

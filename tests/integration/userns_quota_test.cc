@@ -264,12 +264,12 @@ TEST(UserNsQuotas, AForkServerKeepsTheHostsChargedLimitsWhichItsRunsLower) {
 
 // A process of the sandboxes' host user, as a run's code is, holding
 // descriptors in flight over a unix socket (sent, never received) past its
-// RLIMIT_NOFILE of 256, until this goes. The kernel counts them per host
-// user and refuses SCM_RIGHTS to every process of that user whose own limit
-// the count exceeds.
+// RLIMIT_NOFILE (a run's 256, or a profile's larger open_files), until this
+// goes. The kernel counts them per host user and refuses SCM_RIGHTS to every
+// process of that user whose own limit the count exceeds.
 class DescriptorsInFlight {
  public:
-  DescriptorsInFlight() {
+  explicit DescriptorsInFlight(rlim_t limit) {
     int report[2], hold[2];
     EXPECT_EQ(::pipe2(report, O_CLOEXEC), 0);
     EXPECT_EQ(::pipe2(hold, O_CLOEXEC), 0);
@@ -279,12 +279,12 @@ class DescriptorsInFlight {
       ::close(report[0]);
       ::close(hold[1]);
       int pair[2];
-      const rlimit nofile{256, 256};
+      const rlimit nofile{limit, limit};
       int err = 0;
       if (::socketpair(AF_UNIX, SOCK_DGRAM, 0, pair) != 0 || ::setrlimit(RLIMIT_NOFILE, &nofile) != 0 ||
           ::setresgid(ids.gid, ids.gid, ids.gid) != 0 || ::setresuid(ids.uid, ids.uid, ids.uid) != 0)
         err = -errno;
-      for (int sent = 0; err == 0 && sent < 2000; sent += 200) {
+      for (rlim_t sent = 0; err == 0 && sent < limit + 2000; sent += 200) {
         int fds[200];
         std::fill(std::begin(fds), std::end(fds), pair[1]);
         alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
@@ -331,8 +331,24 @@ class DescriptorsInFlight {
 // every sandbox of the host, of every tenant, while it lived.
 TEST(UserNsQuotas, AnotherRunsDescriptorsInFlightKeepNoSandboxFromStarting) {
   if (::geteuid() != 0) GTEST_SKIP() << "runs as the sandboxes' host user only as root";
-  const DescriptorsInFlight held;
+  // Past nsbox's own limit too, which a started PID 1 sends with: a profile
+  // may give its runs a larger open_files than a run's 256 (2048 here), and
+  // nsbox may run with the 1024 of a shell.
+  const DescriptorsInFlight held(2048);
   ASSERT_EQ(held.refusal(), ETOOMANYREFS) << "the holder did not get past its limit";
+  // A started run's PID 1 hands over the egress proxy's socket.
+  RunSpec egress = exec_spec(spec_from_profile(load_profile(
+                                 std::string(NSBOX_SOURCE_DIR) + "/profiles/tenants/api-caller.yaml", ProfileSearch{})),
+                             Language::kPython);
+  egress.rootfs = test_rootfs();
+  rlimit own{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  const rlimit shell{std::min<rlim_t>(own.rlim_cur, 1024), own.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &shell), 0);
+  const ExecOutcome proxied =
+      run_exec(launcher(), egress, {Language::kPython, "def main(args):\n    return 'ran'\n", {}});
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0);
+  EXPECT_EQ(proxied.return_value, "ran") << proxied.error.value_or("") << proxied.run.error;
   for (const Language language : {Language::kPython, Language::kJavaScript}) {
     const RunSpec spec = default_exec_spec(language);
     const ExecRequest request{language,

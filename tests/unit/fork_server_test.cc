@@ -78,6 +78,7 @@ TEST(ForkServer, EachRunIsToldItsFreshMountsMasksLimitsAndFilter) {
   EXPECT_NE(std::find(tmpfs.begin(), tmpfs.end(), "/tmp"), tmpfs.end());
   EXPECT_NE(std::find(tmpfs.begin(), tmpfs.end(), "/dev/shm"), tmpfs.end());
   EXPECT_EQ(j["workspace"]["path"], run.workspace->inside_path);
+  EXPECT_EQ(j["workspace"]["inodes"], 16384 + run.workspace->max_artifacts) << "as a started run's workspace";
   // Only /proc's masks: the others come from the fork server's own view.
   for (const auto& m : j["proc_mask_files"]) EXPECT_EQ(m.get<std::string>().rfind("/proc/", 0), 0u) << m;
   for (const auto& m : j["proc_mask_dirs"]) EXPECT_EQ(m.get<std::string>().rfind("/proc/", 0), 0u) << m;

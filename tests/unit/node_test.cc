@@ -531,16 +531,17 @@ TEST(Audit, ARefusalRecordNamesWhoAskedForWhatAndWhyButNoHeaderValue) {
                      .tenant = "",
                      .status = 401,
                      .reason = "unauthorized",
-                     .message = "unauthorized: unknown token"};
+                     .message = "Unsupported language: " + std::string(2 << 20, 'x')};
   json r = refusal_record(ctx);
   EXPECT_EQ(r["event"], "refused");
   EXPECT_EQ(r["client"], "203.0.113.7");
   EXPECT_EQ(r["method"], "POST");
-  EXPECT_EQ(r["path"].get<std::string>().size(), kAuditPathMax) << "a long path is cut";
+  EXPECT_EQ(r["path"].get<std::string>().size(), kAuditFieldMax) << "a long path is cut";
   EXPECT_TRUE(r["tenant"].is_null()) << "not authenticated";
   EXPECT_EQ(r["status"], 401);
   EXPECT_EQ(r["reason"], "unauthorized");
-  EXPECT_EQ(r["message"], "unauthorized: unknown token");
+  EXPECT_EQ(r["message"].get<std::string>().size(), kAuditFieldMax) << "a message echoing the request is cut";
+  EXPECT_EQ(r["message"].get<std::string>().rfind("Unsupported language: xx", 0), 0u);
   ctx.tenant = "acme";
   EXPECT_EQ(refusal_record(ctx)["tenant"], "acme");
 }

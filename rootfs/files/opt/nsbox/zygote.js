@@ -120,7 +120,10 @@ function runPlan(cfg, fds, uid, gid) {
     MOUNT_REQUIRED]);
   for (const t of cfg.tmpfs) mounts.push(['tmpfs', t.target, 'tmpfs', t.flags, t.data, MOUNT_REQUIRED]);
   const ws = cfg.workspace;
-  if (ws) mounts.push(['tmpfs', ws.path, 'tmpfs', NO_DEV_SUID, `mode=0700,size=${ws.size}`, MOUNT_REQUIRED]);
+  if (ws) {
+    mounts.push(['tmpfs', ws.path, 'tmpfs', NO_DEV_SUID, `mode=0700,size=${ws.size},nr_inodes=${ws.inodes}`,
+      MOUNT_REQUIRED]);
+  }
   return {
     fds, controlFd: CONTROL_FD, uid, gid, mounts,
     workspaceOut: ws ? `${ws.path}/out` : null,

@@ -150,7 +150,8 @@ def _run_plan(cfg, fds, uid, gid):
     mounts += [("tmpfs", t["target"], "tmpfs", t["flags"], t["data"], MOUNT_REQUIRED) for t in cfg["tmpfs"]]
     ws = cfg.get("workspace")
     if ws:
-        mounts.append(("tmpfs", ws["path"], "tmpfs", NO_DEV_SUID, "mode=0700,size=%d" % ws["size"], MOUNT_REQUIRED))
+        mounts.append(("tmpfs", ws["path"], "tmpfs", NO_DEV_SUID,
+                       "mode=0700,size=%d,nr_inodes=%d" % (ws["size"], ws["inodes"]), MOUNT_REQUIRED))
     run = _Run()
     run.fds[:] = fds
     run.control_fd = CONTROL_FD
@@ -205,9 +206,9 @@ def _offer_listener(sock, listener):
     it could be refused (ETOOMANYREFS) while another run of this host user
     holds more descriptors in flight than this process's RLIMIT_NOFILE."""
     try:
-        # sendmsg and recvmsg: what an allow list with a listener names.
+        # sendmsg, and read(): what an allow list with a listener names.
         sock.sendmsg([struct.pack("=ci", b"L", listener)])
-        answer = sock.recvmsg(1)[0]
+        answer = os.read(sock.fileno(), 1)
         if answer == b"S":
             socket.send_fds(sock, [b"L"], [listener])
         elif answer != b"T":
