@@ -43,8 +43,12 @@ void dump_into(const json& v, std::string& out) {
 
 }  // namespace
 
-size_t json_nesting_depth(std::string_view text, size_t limit) {
-  size_t depth = 0, deepest = 0;
+namespace {
+
+// Calls on(c) for each character of text outside its strings, until on
+// returns false.
+template <typename On>
+void for_each_structural(std::string_view text, On on) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
@@ -54,40 +58,36 @@ size_t json_nesting_depth(std::string_view text, size_t limit) {
         escaped = true;
       else if (c == '"')
         in_string = false;
-      continue;
-    }
-    if (c == '"') {
+    } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
+    } else if (!on(c)) {
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+size_t json_nesting_depth(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  for_each_structural(text, [&](char c) {
+    if (c == '[' || c == '{') {
       deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return limit + 1;
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }
-  }
-  return deepest;
+    return deepest <= limit;
+  });
+  return std::min(deepest, limit + 1);
 }
 
 size_t json_value_count(std::string_view text, size_t limit) {
   size_t values = 1;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if ((c == ',' || c == '[' || c == '{') && ++values > limit) {
-      return limit + 1;
-    }
-  }
-  return values;
+  for_each_structural(text, [&](char c) {
+    if (c == ',' || c == '[' || c == '{') ++values;
+    return values <= limit;
+  });
+  return std::min(values, limit + 1);
 }
 
 namespace {

@@ -105,11 +105,6 @@ int offer_fd(int sock, int fd, char tag) noexcept {
   return EPROTO;
 }
 
-namespace {
-
-// One message of at most len bytes on a socket with SO_PASSCRED: its size
-// (0 at end of file, -1 with errno), the sender's pid and the first fd it
-// carried (-1: none; any other is closed).
 ssize_t receive_with_credentials(int sock, void* buf, size_t len, pid_t* pid, int* fd) noexcept {
   iovec iov{buf, len};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
@@ -143,8 +138,6 @@ ssize_t receive_with_credentials(int sock, void* buf, size_t len, pid_t* pid, in
   }
   return n;
 }
-
-}  // namespace
 
 int take_offered_fd(int sock, char* tag) noexcept {
   FdOffer offer{};

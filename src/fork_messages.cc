@@ -26,21 +26,6 @@ std::optional<ChildFailure> reported_failure(int error_fd) {
   return std::nullopt;
 }
 
-// Calls take(fd) for each descriptor the message carried (SCM_RIGHTS), in
-// order: take owns it from then on.
-template <typename Take>
-void for_each_received_fd(msghdr& msg, Take take) {
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int received = -1;
-      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-      take(received);
-    }
-  }
-}
-
 }  // namespace
 
 void send_with_fds(int sock, const std::string& text, const int* fds, size_t count, const char* what) {
@@ -75,42 +60,31 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
   while ((ready = ::poll(&p, 1, kForkStepTimeoutMs)) < 0 && errno == EINTR) {
   }
   if (ready == 0) throw SysError("fork server", std::string("no ") + what + " within 10 s", ETIMEDOUT);
-  // One byte of tag, or an offer of an fd by its number (FdOffer).
+  // One byte of tag, or an offer of an fd by its number (FdOffer); the
+  // first descriptor it carried is the one expected, nothing else is.
   char buf[sizeof(FdOffer)] = {};
-  const char& byte = buf[0];
-  iovec iov{buf, sizeof buf};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * 4)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  while ((n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
+  pid_t pid = 0;
+  int carried = -1;
+  const ssize_t n = receive_with_credentials(sock, buf, sizeof buf, &pid, &carried);
+  UniqueFd first(carried);
   const bool offer = n == static_cast<ssize_t>(sizeof(FdOffer)) && fd;
-  if ((n != 1 && !offer) || byte != tag) {
-    if (n > 0) for_each_received_fd(msg, ::close);
+  if ((n != 1 && !offer) || buf[0] != tag) {
+    first.reset();
     if (auto failure = reported_failure(error_fd)) throw SysError(failure->step, failure->object, failure->err);
     if (n > 0)
       throw SysError("fork server",
-                     std::string("its run init sent '") + byte + "' where '" + tag + "' (" + what +
+                     std::string("its run init sent '") + buf[0] + "' where '" + tag + "' (" + what +
                          ") was due: the rootfs and this nsbox are of different versions; rebuild the rootfs "
                          "(tools/build-rootfs, docs/OPERATIONS.md)",
                      EPROTO);
     throw SysError("fork server", std::string("ended before ") + what, n < 0 ? errno : EPIPE);
   }
-  pid_t pid = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
-      ucred cred{};
-      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
-      pid = cred.pid;
-    }
-  }
+  const auto without_credentials = [&] {
+    return SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+  };
   if (offer) {
-    for_each_received_fd(msg, ::close);
-    if (pid <= 0) throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+    first.reset();
+    if (pid <= 0) throw without_credentials();
     FdOffer o{};
     std::memcpy(&o, buf, sizeof o);
     // Taken from the offering process (see offer_fd); where that cannot be
@@ -124,19 +98,12 @@ pid_t expect_from_fork(int sock, char tag, int error_fd, const char* what, Uniqu
     if (int err = answer_offer(sock, kFdTaken)) throw SysError("fork server", std::string("answer ") + what, err);
     return pid;
   }
-  // The first descriptor is the one expected; nothing else is.
-  bool kept = false;
-  for_each_received_fd(msg, [&](int received) {
-    if (fd && !kept) {
-      fd->reset(received);
-      kept = true;
-    } else {
-      ::close(received);
-    }
-  });
-  if (fd && !*fd) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
-  if (pid > 0) return pid;
-  throw SysError("fork server", std::string(what) + " came without credentials", EPROTO);
+  if (fd) {
+    if (!first) throw SysError("fork server", std::string(what) + " came without its fd", EPROTO);
+    *fd = std::move(first);
+  }
+  if (pid <= 0) throw without_credentials();
+  return pid;
 }
 
 }  // namespace nsbox

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace nsbox {
@@ -38,6 +39,11 @@ int offer_fd(int sock, int fd, char tag) noexcept;
 // kernel's credentials give) or a plain send_fd. Returns the fd
 // (close-on-exec) and its tag, or -1 with errno (0 at end of file).
 int take_offered_fd(int sock, char* tag) noexcept;
+
+// One message of at most len bytes on a socket with SO_PASSCRED: its size
+// (0 at end of file, -1 with errno), the sender's pid (0 without
+// credentials) and the first fd it carried (-1: none; any other is closed).
+ssize_t receive_with_credentials(int sock, void* buf, size_t len, pid_t* pid, int* fd) noexcept;
 
 // The fd numbered fd in process pid (pidfd_open + pidfd_getfd), close-on-exec,
 // or -1 with errno.
