@@ -33,6 +33,21 @@ struct FdMessage {
 // closing is still queued: look again, for that or for end of file.
 bool retry_receive(int err) { return err == EINTR || err == ECONNRESET; }
 
+// sendmsg, not send: an allow list lets a run hand over its listener when
+// it names sendmsg (SeccompProgram::allow_list); the answer is read with
+// read(), which every list names.
+int send_bytes(int sock, const void* data, size_t size) noexcept {
+  iovec iov{const_cast<void*>(data), size};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  ssize_t n;
+  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return errno;
+  return n == static_cast<ssize_t>(size) ? 0 : EMSGSIZE;
+}
+
 }  // namespace
 
 int send_fd(int sock, int fd, char tag) noexcept {
@@ -62,21 +77,6 @@ int receive_fd(int sock, char* tag) noexcept {
   int fd;
   std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
   return fd;
-}
-
-// sendmsg, not send: an allow list lets a run hand over its listener when
-// it names sendmsg (SeccompProgram::allow_list); the answer is read with
-// read(), which every list names.
-int send_bytes(int sock, const void* data, size_t size) noexcept {
-  iovec iov{const_cast<void*>(data), size};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  ssize_t n;
-  do n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  if (n < 0) return errno;
-  return n == static_cast<ssize_t>(size) ? 0 : EMSGSIZE;
 }
 
 int answer_offer(int sock, char answer) noexcept { return send_bytes(sock, &answer, 1); }

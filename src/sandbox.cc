@@ -665,8 +665,8 @@ void take_offers(PreparedRun::State& st) {
     st.notify_recv.reset();
   }
   if (st.proxy_recv && readable_now(st.proxy_recv.get())) {
-    const int fd = take_offered_fd(st.proxy_recv.get(), &tag);
-    if (fd >= 0 && st.proxy) st.proxy->start(UniqueFd(fd));
+    UniqueFd socket(take_offered_fd(st.proxy_recv.get(), &tag));
+    if (socket && st.proxy) st.proxy->start(std::move(socket));
     st.proxy_recv.reset();
   }
 }
