@@ -41,6 +41,10 @@ constexpr size_t kMaxWaitingHeadsPerClient = 32;
 // Left unread, a closed connection is reset, and the client may lose the
 // answer: what is already here is read and dropped first, up to this.
 constexpr size_t kDrainedBeforeClose = 256 * 1024;
+// Connections refused on their head whose client may still be sending:
+// each holds a descriptor and no thread. Past this a refused one is closed
+// once what is already here is read (kDrainedBeforeClose).
+constexpr size_t kMaxDraining = 512;
 // A look copies the whole head so far (MSG_PEEK starts at its first byte):
 // past kCheapLook, a head that grew by less than kLookStep is looked at
 // again at most every kLookInterval, so that one sent a byte at a time
@@ -112,6 +116,15 @@ struct Waiting {
   bool look_due = false;  // bytes came that no look has seen yet
 };
 
+// A connection refused on its head, answered and shut for sending: what its
+// client still sends is read and dropped until it closes, `left` bytes have
+// come, or the deadline.
+struct Draining {
+  uint64_t left = 0;
+  Clock::time_point deadline;
+  Clock::time_point last_data;
+};
+
 thread_local Reading* t_reading = nullptr;
 
 std::string answer(int status, const char* phrase, const std::string& message, const char* extra_headers = "") {
@@ -145,12 +158,13 @@ void answer_and_close(int fd, const std::string& text) {
   ::close(fd);
 }
 
-// Whether data holds the end of an HTTP head as cpp-httplib 0.11 reads it:
-// a line that is only CRLF after the request line. It skips a line ending
-// in a bare LF, so an empty one ("\n\n") ends nothing, and taking it for
-// the end would let a head grow past the limit unguarded.
-bool has_head_end(std::string_view data, size_t from) {
-  return data.find("\n\r\n", from > 2 ? from - 2 : 0) != std::string_view::npos;
+// Where the HTTP head in data ends as cpp-httplib 0.11 reads it, the first
+// byte after a line that is only CRLF after the request line, or npos. It
+// skips a line ending in a bare LF, so an empty one ("\n\n") ends nothing,
+// and taking it for the end would let a head grow past the limit unguarded.
+size_t head_end(std::string_view data, size_t from) {
+  const size_t at = data.find("\n\r\n", from > 2 ? from - 2 : 0);
+  return at == std::string_view::npos ? at : at + 3;
 }
 
 // The peer's address without its port (an IPv6 one without its last 64
@@ -211,6 +225,7 @@ struct ArrivalWatch::State {
   Limits limits;
   Dispatch dispatch;
   Refused refused;
+  Screen screen;
   UniqueFd epoll;
   UniqueFd wake;
   std::string head_timeout_answer;
@@ -221,7 +236,8 @@ struct ArrivalWatch::State {
   std::string overload_answer;
 
   std::mutex mutex;
-  std::unordered_map<int, Waiting> waiting;  // by descriptor
+  std::unordered_map<int, Waiting> waiting;    // by descriptor
+  std::unordered_map<int, Draining> draining;  // by descriptor
   std::map<std::string, size_t> waiting_per_client;
   std::list<std::shared_ptr<Reading>> reading;
   Clock::time_point planned_wake = Clock::time_point::max();
@@ -249,8 +265,9 @@ struct ArrivalWatch::State {
 
   // Looks at what has arrived of a head without taking it. Each look copies
   // it from the start (MSG_PEEK), so a look is taken only when more has come
-  // than the last one saw, and the search starts where that one ended.
-  Look look(int fd, size_t& seen) {
+  // than the last one saw, and the search starts where that one ended. A
+  // complete head is copied into head.
+  Look look(int fd, size_t& seen, std::string& head) {
     int queued = 0;
     if (seen > 0 && ::ioctl(fd, FIONREAD, &queued) == 0 && static_cast<size_t>(queued) <= seen)
       return Look::kIncomplete;
@@ -260,13 +277,80 @@ struct ArrivalWatch::State {
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? Look::kIncomplete : Look::kGone;
     const size_t before = seen;
     seen = static_cast<size_t>(n);
-    const std::string_view head(peeked.data(), seen);
-    if (has_head_end(head, before)) return Look::kComplete;
+    const std::string_view so_far(peeked.data(), seen);
+    if (const size_t end = head_end(so_far, before); end != std::string_view::npos) {
+      head.assign(peeked.data(), end);
+      return Look::kComplete;
+    }
     // An empty line ending in a bare LF: the client meant the head to end,
     // but cpp-httplib skips the line and would wait for more until the
     // deadline. No CRLF head holds "\n\n".
-    if (head.find("\n\n", before > 0 ? before - 1 : 0) != std::string_view::npos) return Look::kBareLf;
+    if (so_far.find("\n\n", before > 0 ? before - 1 : 0) != std::string_view::npos) return Look::kBareLf;
     return seen >= kMaxRequestHead ? Look::kTooLarge : Look::kIncomplete;
+  }
+
+  // A complete head: refused by the screen, or served.
+  void serve_or_refuse(int fd, Job job, std::string_view head) {
+    if (screen) {
+      if (std::optional<HeadRefusal> refusal = screen(head, fd)) return refuse_and_drain(fd, *refusal);
+    }
+    start_serving(fd, std::move(job));
+  }
+
+  // Answers a connection refused on its head and shuts it for sending; what
+  // the client still sends (a body it did not wait to be told about) is
+  // read and dropped by this thread, as it comes, so that the client reads
+  // the answer rather than a reset and no request thread waits for it.
+  void refuse_and_drain(int fd, const HeadRefusal& refusal) {
+    send_answer(fd, refusal.answer);
+    ::shutdown(fd, SHUT_WR);
+    std::unique_lock<std::mutex> lock(mutex);
+    if (arrivals_closed || draining.size() >= kMaxDraining) {
+      lock.unlock();
+      drain_received(fd);
+      ::close(fd);
+      return;
+    }
+    const auto now = Clock::now();
+    draining[fd] = Draining{refusal.drained, now + limits.request_timeout, now};
+    // Edge-triggered: what is here already is reported by the ADD itself.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+      spdlog::error("arrival watch: epoll_ctl add socket {}: {}", fd, std::strerror(errno));
+      draining.erase(fd);
+      lock.unlock();
+      drain_received(fd);
+      ::close(fd);
+      return;
+    }
+    if (now + limits.request_timeout < planned_wake) wake_up();
+  }
+
+  Clock::time_point draining_deadline(const Draining& d) const {
+    return std::min(d.deadline, d.last_data + limits.idle_timeout);
+  }
+
+  // Reads and drops what a refused connection's client sent; closes it at
+  // its end, at its budget, or if reading fails. Called with the lock held.
+  void drain_some(std::unordered_map<int, Draining>::iterator it) {
+    char sink[16384];
+    Draining& d = it->second;
+    d.last_data = Clock::now();
+    for (;;) {
+      const ssize_t n = ::recv(it->first, sink, sizeof sink, MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      if (n > 0 && static_cast<uint64_t>(n) < d.left) {
+        d.left -= static_cast<uint64_t>(n);
+        continue;
+      }
+      break;  // its end, an error, or all it may send
+    }
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+    ::close(it->first);
+    draining.erase(it);
   }
 
   // Wraps cpp-httplib's job so that its request thread reads the request
@@ -355,6 +439,7 @@ struct ArrivalWatch::State {
   // (a look put off is taken by expire()).
   void on_data(int fd, bool hung_up) {
     std::unique_lock<std::mutex> lock(mutex);
+    if (auto d = draining.find(fd); d != draining.end()) return drain_some(d);
     auto it = waiting.find(fd);
     if (it == waiting.end()) return;
     const auto now = Clock::now();
@@ -366,7 +451,8 @@ struct ArrivalWatch::State {
     }
     w.look_due = false;
     w.last_look = now;
-    Look verdict = look(fd, w.seen);
+    std::string head;
+    Look verdict = look(fd, w.seen, head);
     if (verdict == Look::kIncomplete && hung_up) verdict = Look::kGone;
     if (verdict == Look::kIncomplete) return;
     Job job = std::move(it->second.job);
@@ -375,7 +461,7 @@ struct ArrivalWatch::State {
     lock.unlock();
     switch (verdict) {
       case Look::kComplete:
-        return start_serving(fd, std::move(job));
+        return serve_or_refuse(fd, std::move(job), head);
       case Look::kTooLarge:
         refused("head_too_large");
         return answer_and_close(fd, too_large_answer);
@@ -418,6 +504,17 @@ struct ArrivalWatch::State {
                                    : whole_time         ? &head_timeout_answer
                                                         : &head_silence_answer});
         it = forget(it);
+      }
+      for (auto it = draining.begin(); it != draining.end();) {
+        const auto deadline = draining_deadline(it->second);
+        if (deadline > now) {
+          next = std::min(next, deadline);
+          ++it;
+          continue;
+        }
+        ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+        ::close(it->first);
+        it = draining.erase(it);
       }
       for (const auto& r : reading) {
         if (r->phase.load() != Phase::kReading) continue;
@@ -474,11 +571,13 @@ struct ArrivalWatch::State {
   }
 };
 
-ArrivalWatch::ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused) : state_(std::make_unique<State>()) {
+ArrivalWatch::ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused, Screen screen)
+    : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.limits = limits;
   s.dispatch = std::move(dispatch);
   s.refused = std::move(refused);
+  s.screen = std::move(screen);
   s.epoll = UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
   if (!s.epoll) throw SysError("epoll_create1", "arrival watch", errno);
   s.wake = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -512,12 +611,13 @@ ArrivalWatch::~ArrivalWatch() { stop(); }
 void ArrivalWatch::admit(int fd, Job job) {
   State& s = *state_;
   size_t seen = 0;
+  std::string head;
   Look first;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
-    first = s.look(fd, seen);
+    first = s.look(fd, seen, head);
   }
-  if (first == Look::kComplete) return s.start_serving(fd, std::move(job));
+  if (first == Look::kComplete) return s.serve_or_refuse(fd, std::move(job), head);
   if (first == Look::kGone) return answer_and_close(fd, "");
   if (first == Look::kTooLarge) {
     s.refused("head_too_large");
@@ -533,14 +633,18 @@ void ArrivalWatch::admit(int fd, Job job) {
 void ArrivalWatch::close_arrivals() {
   State& s = *state_;
   std::unordered_map<int, Waiting> closing;
+  std::unordered_map<int, Draining> drained;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.arrivals_closed = true;
     closing.swap(s.waiting);
+    drained.swap(s.draining);
     s.waiting_per_client.clear();
     for (const auto& [fd, w] : closing) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
+    for (const auto& [fd, d] : drained) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   }
   for (const auto& [fd, w] : closing) answer_and_close(fd, "");
+  for (const auto& [fd, d] : drained) answer_and_close(fd, "");
 }
 
 void ArrivalWatch::stop() {

@@ -1,5 +1,6 @@
 #include "nsbox/node.h"
 
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -33,6 +36,7 @@
 #include "nsbox/error.h"
 #include "nsbox/metrics.h"
 #include "nsbox/profile_apply.h"
+#include "nsbox/request_head.h"
 #include "nsbox/spawner.h"
 #include "nsbox/units.h"
 
@@ -44,6 +48,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kSpareThreads = 4;  // health and metrics while every slot is busy
 constexpr size_t kMaxThreads = 1024;
+// cpp-httplib's bound on a request target, past which it answers 414.
+constexpr size_t kMaxRequestTarget = 8192;
 
 constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
@@ -124,10 +130,11 @@ UniqueFd cancel_on_node_or_client(int node_cancel, int client) {
 // too, the watch answers 429 itself without reading the request.
 class BoundedTaskQueue : public httplib::TaskQueue {
  public:
-  BoundedTaskQueue(size_t threads, size_t max_pending, ArrivalWatch::Limits limits, ArrivalWatch::Refused refused)
+  BoundedTaskQueue(size_t threads, size_t max_pending, ArrivalWatch::Limits limits, ArrivalWatch::Refused refused,
+                   ArrivalWatch::Screen screen)
       : max_pending_(max_pending),
         watch_(
-            limits, [this](ArrivalWatch::Job& job) { return queue(job); }, std::move(refused)) {
+            limits, [this](ArrivalWatch::Job& job) { return queue(job); }, std::move(refused), std::move(screen)) {
     for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, jobs_ready_, false); });
     workers_.emplace_back([this] { work(shed_, shed_ready_, true); });
   }
@@ -291,6 +298,9 @@ Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool cl
   if (lengths > 1) return {400, "bad_request", "more than one Content-Length header"};
   if (encodings > 1) return {400, "bad_request", "more than one Transfer-Encoding header"};
   if (lengths && encodings) return {400, "bad_request", "both Content-Length and Transfer-Encoding: send one"};
+  // cpp-httplib takes the first; a proxy in front may have checked the last.
+  if (req.get_header_value_count("Authorization") > 1)
+    return {400, "bad_request", "more than one Authorization header"};
   const std::string length = req.get_header_value("Content-Length");
   if (lengths && (length.empty() || length.find_first_not_of("0123456789") != std::string::npos))
     return {400, "bad_request", "Content-Length is not a number of bytes: \"" + length.substr(0, 40) + "\""};
@@ -329,6 +339,64 @@ bool discard_body(const httplib::Request& req, const httplib::ContentReader& rea
   auto count = [&seen, limit](const char*, size_t size) { return (seen += size) <= limit; };
   if (req.is_multipart_form_data()) return reader([](const httplib::MultipartFormData&) { return true; }, count);
   return reader(count);
+}
+
+// What cpp-httplib puts in Request::remote_addr: the peer's numeric address.
+std::string peer_host(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  char host[NI_MAXHOST] = "";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0)
+    return {};
+  return host;
+}
+
+// A head parsed by parse_request_head as cpp-httplib would hand it to a
+// handler: the path decoded and without its query, the headers by name.
+httplib::Request as_httplib_request(const RequestHead& head, int fd) {
+  httplib::Request req;
+  req.method = head.method;
+  req.version = head.version;
+  req.target = head.target;
+  req.path = httplib::detail::decode_url(head.target.substr(0, head.target.find('?')), false);
+  for (const auto& [name, value] : head.headers) req.headers.emplace(name, value);
+  req.remote_addr = peer_host(fd);
+  return req;
+}
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 405:
+      return "Method Not Allowed";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
+    default:
+      return "Error";
+  }
+}
+
+// An answer as it goes out on a connection that is closed after it.
+std::string serialized(const httplib::Request& req, const httplib::Response& res) {
+  std::string text = "HTTP/1.1 " + std::to_string(res.status) + " " + reason_phrase(res.status) + "\r\n";
+  for (const auto& [name, value] : res.headers) text += name + ": " + value + "\r\n";
+  text += "Connection: close\r\nContent-Length: " + std::to_string(res.body.size()) + "\r\n\r\n";
+  if (req.method != "HEAD") text += res.body;
+  return text;
 }
 
 // A browser names the page that sent a request in Origin, and in
@@ -394,6 +462,7 @@ class Node {
                      const std::string& message) const;
   Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
                                   const TenantConfig*& tenant) const;
+  std::optional<ArrivalWatch::HeadRefusal> refusal_on_the_head(std::string_view head, int fd, size_t li) const;
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                    std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -483,6 +552,35 @@ Refusal Node::refusal_before_the_body(const httplib::Request& req, const NodeCon
   // this API is.
   if (req.is_multipart_form_data()) return {415, "bad_request", kMultipartRefusal};
   return {};
+}
+
+// Made by the arrival watch on each head before a request thread is given
+// the connection: every refusal a thread would make before reading the
+// body, so that a refused client, however slowly it sends its body, holds
+// no thread. The threads ask again (a reload may come in between).
+std::optional<ArrivalWatch::HeadRefusal> Node::refusal_on_the_head(std::string_view head, int fd, size_t li) const {
+  auto cfg = config();
+  const uint64_t limit = body_limit_now(*cfg);
+  RequestHead parsed;
+  const std::string malformed = parse_request_head(head, parsed);
+  httplib::Request req = as_httplib_request(parsed, fd);
+  const TenantConfig* tenant = nullptr;
+  Refusal refusal;
+  if (!malformed.empty()) {
+    refusal = {400, "bad_request", malformed};
+  } else if (parsed.target.size() > kMaxRequestTarget) {
+    refusal = {414, "bad_request",
+               std::string(status_message(414)) + ": over " + std::to_string(kMaxRequestTarget) + " bytes"};
+  } else {
+    // cpp-httplib asks its 100-continue handler exactly then.
+    refusal = header_refusal(req, limit, req.get_header_value("Expect") == "100-continue");
+    if (!refusal.status && declared_length(req) > limit) refusal = {413, "too_large", too_large_message(limit)};
+    if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *cfg, li, tenant);
+  }
+  if (!refusal.status) return std::nullopt;
+  httplib::Response res;
+  refuse(req, res, refusal, tenant);
+  return ArrivalWatch::HeadRefusal{serialized(req, res), drained_body_max(limit)};
 }
 
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -650,9 +748,10 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   auto svr = std::make_unique<httplib::Server>();
   const size_t threads = request_threads(*cfg);
   const ArrivalWatch::Limits arrival{.request_timeout = cfg->request_timeout, .idle_timeout = cfg->client_timeout};
-  svr->new_task_queue = [this, threads, arrival] {
-    return new BoundedTaskQueue(threads, threads * kPendingPerThread, arrival,
-                                [this](const char* reason) { metrics_.rejected(reason); });
+  svr->new_task_queue = [this, threads, arrival, li] {
+    return new BoundedTaskQueue(
+        threads, threads * kPendingPerThread, arrival, [this](const char* reason) { metrics_.rejected(reason); },
+        [this, li](std::string_view head, int fd) { return refusal_on_the_head(head, fd, li); });
   };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
   svr->set_read_timeout(timeout.count() / 1000000, timeout.count() % 1000000);

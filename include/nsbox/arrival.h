@@ -12,12 +12,22 @@
 // kMaxRequestHead bytes; once a thread serves it, the body must arrive
 // within request_timeout as well, or the connection is cut. A chunked
 // body's framing lines are bounded as they are received (ChunkedFraming).
+//
+// Before a thread is given a connection, its head is screened: a request
+// refused on its head alone (no token, a body too large, bad framing) is
+// answered by the watch, which then reads and drops what the client still
+// sends, without holding a request thread (a client sending a refused body
+// slowly would otherwise hold one until request_timeout).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace nsbox {
 
@@ -57,8 +67,19 @@ class ArrivalWatch {
   using Dispatch = std::function<bool(Job&)>;
   // Counts a connection refused here, by the metrics' reason.
   using Refused = std::function<void(const char* reason)>;
+  // A request refused on its head: the whole answer to send, and how many
+  // bytes of what the client sends after it are read and dropped at most
+  // before the connection is closed.
+  struct HeadRefusal {
+    std::string answer;
+    uint64_t drained = 0;
+  };
+  // Looks at a request's head (request line to the empty line) on the
+  // socket fd before any thread serves it; nullopt serves it. The screen
+  // counts and records its refusals itself.
+  using Screen = std::function<std::optional<HeadRefusal>(std::string_view head, int fd)>;
 
-  ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused);
+  ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused, Screen screen = {});
   ~ArrivalWatch();
   ArrivalWatch(const ArrivalWatch&) = delete;
   ArrivalWatch& operator=(const ArrivalWatch&) = delete;

@@ -1,0 +1,73 @@
+#include "nsbox/request_head.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace nsbox {
+namespace {
+
+std::string error_of(const std::string& head) {
+  RequestHead parsed;
+  return parse_request_head(head, parsed);
+}
+
+TEST(RequestHead, ParsesTheRequestLineAndHeadersInOrderWithoutSurroundingBlanks) {
+  RequestHead h;
+  ASSERT_EQ(parse_request_head("POST /run?x=1 HTTP/1.1\r\nHost: a\r\nAuthorization:\tBearer t \r\nX-Empty:\r\n"
+                               "authorization: Bearer second\r\n\r\n",
+                               h),
+            "");
+  EXPECT_EQ(h.method, "POST");
+  EXPECT_EQ(h.target, "/run?x=1");
+  EXPECT_EQ(h.version, "HTTP/1.1");
+  ASSERT_EQ(h.headers.size(), 4u);
+  EXPECT_EQ(h.headers[1].first, "Authorization");
+  EXPECT_EQ(h.headers[1].second, "Bearer t");
+  EXPECT_EQ(h.headers[2].second, "");
+  EXPECT_EQ(h.headers[3].first, "authorization");
+  EXPECT_EQ(h.headers[3].second, "Bearer second");
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.0\r\n\r\n", h), "");
+  EXPECT_TRUE(h.headers.empty());
+  EXPECT_EQ(h.version, "HTTP/1.0");
+}
+
+// What cpp-httplib 0.11 reads leniently, and a proxy in front may read
+// differently, is refused with what is wrong.
+TEST(RequestHead, RefusesWhatAParserCouldReadTwoWays) {
+  const std::string end = "\r\n\r\n";
+  EXPECT_NE(error_of("POST /run HTTP/1.1\r\nTransfer-Encoding : chunked" + end).find("the name before the colon"),
+            std::string::npos);
+  EXPECT_NE(error_of("POST /run HTTP/1.1\r\nX: 1\nTransfer-Encoding: chunked" + end).find("bare LF"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string("GET / HTTP/1.1\r\nX: a\0b", 22) + end).find("control byte"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\nX: a\rb" + end).find("bare CR"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\nX: a\r\n folded" + end).find("folded"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\nno colon here" + end).find("no colon"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\n: empty name" + end).find("the name before the colon"), std::string::npos);
+  EXPECT_NE(error_of("GET  / HTTP/1.1" + end).find("one space apart"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1 " + end).find("one space apart"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/2.0" + end).find("version"), std::string::npos);
+  EXPECT_NE(error_of("G(T / HTTP/1.1" + end).find("method"), std::string::npos);
+  EXPECT_NE(error_of("GET /\x80 HTTP/1.1" + end).find("target"), std::string::npos);
+  EXPECT_NE(error_of("\r\nGET / HTTP/1.1" + end).find("starts with an empty line"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\nHost: x\r\n").find("does not end"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\n\r\nmore").find("goes on past"), std::string::npos);
+}
+
+TEST(RequestHead, AValuesVisibleBytesTabsAndObsTextAreKept) {
+  RequestHead h;
+  ASSERT_EQ(parse_request_head("GET / HTTP/1.1\r\nX: a\tb \xe4\xb8\xad \"q\"\r\n\r\n", h), "");
+  ASSERT_EQ(h.headers.size(), 1u);
+  EXPECT_EQ(h.headers[0].second, "a\tb \xe4\xb8\xad \"q\"");
+}
+
+TEST(RequestHead, AnErrorQuotesTheLineWithItsControlBytesEscapedAndCut) {
+  const std::string error = error_of("GET / HTTP/1.1\r\nX: \x01" + std::string(200, 'a') + "\r\n\r\n");
+  EXPECT_NE(error.find("\"X: \\x01aaa"), std::string::npos) << error;
+  EXPECT_NE(error.find("\"..."), std::string::npos) << error;
+  EXPECT_LT(error.size(), 200u) << error;
+}
+
+}  // namespace
+}  // namespace nsbox
