@@ -47,6 +47,7 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["error_type"] = get("error_type");
   j["exit_code"] = get("exit_code");
   j["signal"] = get("signal");
+  j["killed_by"] = ctx.killed_by ? json(ctx.killed_by) : json(nullptr);
   j["duration_ms"] = std::llround(ctx.duration_s * 1000);
   j["wall_ms"] = usage.value("wall_ms", json(nullptr));
   j["cpu_ms"] = usage.value("cpu_ms", json(nullptr));

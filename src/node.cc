@@ -470,7 +470,8 @@ class Node {
   void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, const NodeConfig& cfg,
                   const TenantConfig& tenant, size_t listener_index, bool native);
   void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
-                  const JobResult& result, double seconds) const;
+                  const JobResult& result, double seconds, const char* killed_by) const;
+  const char* who_killed(const JobResult& result, int client) const;
   void reload();
   void configure_pool(const NodeConfig& c) const;
   void drain();
@@ -601,8 +602,18 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
   return t;
 }
 
+// A run ends killed when the node cancels it (at the end of a drain's grace
+// period) or its client goes away; which one, for the audit log.
+const char* Node::who_killed(const JobResult& result, int client) const {
+  if (result.value("status", "") != "killed") return nullptr;
+  pollfd node{cancel_.get(), POLLIN, 0};
+  if (::poll(&node, 1, 0) > 0 && (node.revents & POLLIN)) return "node_stopping";
+  if (client_went_away(client)) return "client_closed";
+  return nullptr;
+}
+
 void Node::finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
-                      const JobResult& result, double seconds) const {
+                      const JobResult& result, double seconds, const char* killed_by) const {
   AuditContext ctx;
   ctx.run_id = job.run_id;
   ctx.tenant = tenant.name;
@@ -611,6 +622,7 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
   ctx.code_sha256 = sha256_hex(job.request.exec.code);
   ctx.input_bytes = job.request.exec.inputs.dump().size();
   ctx.duration_s = seconds;
+  ctx.killed_by = killed_by;
   json record = audit_record(ctx, result);
   auto log = audit();
   log->write(record);
@@ -618,8 +630,9 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
   metrics_.egress_finished(tenant.name, result.value("network", json(nullptr)));
   const std::string status = result.value("status", "error");
   metrics_.run_finished(tenant.name, to_string(job.request.exec.language), status, seconds);
-  spdlog::info("run {} tenant={} profile={} language={} status={} duration_ms={}", job.run_id, tenant.name,
-               tenant.profile.name, to_string(job.request.exec.language), status, record["duration_ms"].dump());
+  spdlog::info("run {} tenant={} profile={} language={} status={}{} duration_ms={}", job.run_id, tenant.name,
+               tenant.profile.name, to_string(job.request.exec.language), status,
+               killed_by ? std::string(" killed_by=") + killed_by : std::string(), record["duration_ms"].dump());
   if (result.value("error_type", json(nullptr)) == "sandbox")
     spdlog::error("run {}: {}", job.run_id, result.value("error", json("")).dump());
 }
@@ -733,7 +746,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
                   {"error_type", "sandbox"}};
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  finish_run(native ? "v1" : "run", *tenant, req, job, result, seconds);
+  finish_run(native ? "v1" : "run", *tenant, req, job, result, seconds, who_killed(result, client));
   if (native) {
     const bool broken = result.value("error_type", json(nullptr)) == "sandbox";
     result["run_id"] = job.run_id;

@@ -27,11 +27,14 @@ struct AuditContext {
   std::string code_sha256;
   uint64_t input_bytes = 0;  // the inputs object as JSON
   double duration_s = 0;     // admission to result
+  // Who ended a run the node stopped: "client_closed" (its client went
+  // away), "node_stopping" (past the grace period), or null.
+  const char* killed_by = nullptr;
 };
 
 // {"time", "event": "run", "run_id", "tenant", "profile", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
-//  "signal", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
+//  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
 //  "limits_hit", "warnings", "denied_syscalls", "network"} from the worker's
 //  result; network is null or the egress totals.
 nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ordered_json& result);

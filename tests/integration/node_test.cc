@@ -828,8 +828,9 @@ TEST(NodeClients, AClientThatGoesAwayEndsItsRunAndItsQueuedRequest) {
   }
   ASSERT_EQ(lines.size(), 2u) << slurp(node.dir() + "/audit.log");
   std::set<std::string> seen;
-  for (const json& l : lines) seen.insert(l["event"].get<std::string>() + " " + l["status"].dump());
-  EXPECT_EQ(seen, (std::set<std::string>{"run \"killed\"", "refused 499"}));
+  for (const json& l : lines)
+    seen.insert(l["event"].get<std::string>() + " " + l["status"].dump() + " " + l.value("killed_by", json()).dump());
+  EXPECT_EQ(seen, (std::set<std::string>{"run \"killed\" \"client_closed\"", "refused 499 null"}));
 }
 
 // A tenant at its max_requests is refused, and another tenant still runs:
@@ -945,6 +946,10 @@ TEST_F(NodeWithTenants, SigtermKillsRunsThatOutliveTheGracePeriod) {
   EXPECT_EQ(body, "{\"return\": null, \"error\": \"Execution was killed by SIGKILL\"}");
   EXPECT_NE(node_.log().find("grace period over: killing 1 sandboxes"), std::string::npos) << node_.log();
   EXPECT_TRUE(dir_entries(node_.tmp()).empty());
+  const std::vector<json> lines = audit_lines_of(node_.dir() + "/audit.log");
+  ASSERT_EQ(lines.size(), 1u) << slurp(node_.dir() + "/audit.log");
+  EXPECT_EQ(lines[0]["status"], "killed");
+  EXPECT_EQ(lines[0]["killed_by"], "node_stopping");
 }
 
 TEST_F(NodeWithTenants, ABodyThatEndsEarlyIsNeverRun) {
