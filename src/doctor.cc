@@ -1,5 +1,6 @@
 #include "nsbox/doctor.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -21,6 +22,7 @@
 
 #include "nsbox/cgroup.h"
 #include "nsbox/error.h"
+#include "nsbox/fd_passing.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/sandbox.h"
@@ -73,6 +75,57 @@ int probe_unprivileged_unshare(int flags, const HostIds& ids) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+// Whether this process can take a descriptor out of a process like a
+// sandbox's workload (the sandbox's host user, in a user namespace of its
+// own, not dumpable) with pidfd_getfd, as it takes each sandbox's seccomp
+// listener (fd_passing.h); 0 or errno.
+int probe_taking_descriptors(const HostIds& ids) {
+  int ready[2];
+  int hold[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return errno;
+  if (::pipe2(hold, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return err;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(hold[1]);
+    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(ids.gid, ids.gid, ids.gid) != 0 ||
+                             ::setresuid(ids.uid, ids.uid, ids.uid) != 0))
+      ::_exit(1);
+    (void)::unshare(CLONE_NEWUSER);
+    const int32_t fd = hold[0];  // what it offers: any descriptor of its own
+    (void)!::write(ready[1], &fd, sizeof fd);
+    char byte;
+    (void)!::read(hold[0], &byte, 1);  // until the parent is done
+    ::_exit(0);
+  }
+  const int fork_err = errno;
+  ::close(ready[1]);
+  ::close(hold[0]);
+  int result = fork_err;
+  if (pid > 0) {
+    int32_t fd = -1;
+    result = EIO;
+    if (::read(ready[0], &fd, sizeof fd) == sizeof fd) {
+      const int taken = take_fd_from(pid, fd);
+      result = taken >= 0 ? 0 : errno;
+      if (taken >= 0) ::close(taken);
+    }
+  }
+  ::close(ready[0]);
+  ::close(hold[1]);
+  if (pid > 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return result;
 }
 
 std::string join_words(const std::set<std::string>& words) {
@@ -222,6 +275,14 @@ void check_host_quotas(Report& r, const DoctorOptions& options) {
     r.line(true, false, "pending signals", "RLIMIT_SIGPENDING of this process is unlimited");
   else
     check_charged_quota(r, "pending signals", "RLIMIT_SIGPENDING of this process", own_pending, runs, signals);
+  // Descriptors in flight are counted per host user too; nsbox takes each
+  // sandbox's seccomp listener out of it instead of having it sent.
+  const int err = probe_taking_descriptors(choose_host_ids());
+  r.line(err == 0, false, "descriptors taken from sandboxes (pidfd_getfd)",
+         err ? std::string(std::strerror(err)) +
+                   ": sandboxes send their seccomp listener with SCM_RIGHTS instead, and one run holding "
+                   "descriptors in flight can keep every other sandbox from starting (docs/SECURITY.md)"
+             : "taken");
 }
 
 // Runs /bin/true in a real sandbox built from spec; its warnings (what the
