@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -32,9 +33,30 @@ constexpr uint64_t kEntriesBeyondArtifacts = 4096;
 constexpr size_t kMaxRefusalsListed = 64;
 constexpr uint64_t kWorkspaceSpareInodes = 16384;
 
+// Where workspaces are made: TMPDIR resolved, as mountinfo names a mount
+// point, so that the stale sweep finds a crashed run's mount whatever the
+// spelling (a trailing slash, a symlink).
 std::string temp_base() {
   const char* tmp = std::getenv("TMPDIR");
-  return tmp && *tmp == '/' ? tmp : "/tmp";
+  const std::string base = tmp && *tmp == '/' ? tmp : "/tmp";
+  char resolved[PATH_MAX];
+  return ::realpath(base.c_str(), resolved) ? std::string(resolved) : base;
+}
+
+// A path as mountinfo writes it: space, tab, newline and backslash as
+// three octal digits after a backslash.
+std::string unescape_mountinfo(const std::string& field) {
+  auto octal = [&](size_t at) { return at < field.size() && field[at] >= '0' && field[at] <= '7'; };
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
 }
 
 // Removes everything below dir_fd without following symlinks, then the
@@ -85,7 +107,7 @@ bool is_mount_point(const std::string& path) {
     std::istringstream f(line);
     std::string id, parent, dev, root, mount_point;
     f >> id >> parent >> dev >> root >> mount_point;
-    if (mount_point == path) return true;
+    if (unescape_mountinfo(mount_point) == path) return true;
   }
   return false;
 }

@@ -6,9 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -343,6 +346,59 @@ TEST(Workspace, ARunThatOpensItsWorkspaceToAllOpensItToNoOtherHostUser) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 1) << "0: another user opened the run's workspace";
+}
+
+// Mount points of workspaces made in dir (resolved), as mountinfo lists
+// them (a space as \040).
+std::vector<std::string> workspace_mounts_in(const std::string& dir) {
+  std::string listed;
+  for (char c : dir) listed += c == ' ' ? std::string("\\040") : std::string(1, c);
+  std::vector<std::string> found;
+  std::istringstream in(slurp("/proc/self/mountinfo"));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string id, parent, dev, root, mount_point;
+    f >> id >> parent >> dev >> root >> mount_point;
+    if (mount_point.rfind(listed + "/nsbox-run-", 0) == 0) found.push_back(mount_point);
+  }
+  return found;
+}
+
+// nsbox killed during a run leaves the run's workspace mounted; the next
+// nsbox removes it, whatever the spelling of TMPDIR (mountinfo names the
+// mount point resolved: a trailing slash or a symlink once hid it).
+TEST(Workspace, TheNextNsboxRemovesAKilledOnesWorkspaceWhateverTmpdirsSpelling) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace needs root";
+  Scratch s;
+  char resolved[PATH_MAX];
+  ASSERT_NE(::realpath(s.path().c_str(), resolved), nullptr);
+  const std::string real = std::string(resolved) + "/real dir";  // mountinfo escapes the space
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(real.c_str(), (s.path() + "/link").c_str()), 0);
+  const char* before = std::getenv("TMPDIR");
+  const std::string saved = before ? before : "";
+  ::setenv("TMPDIR", (s.path() + "/link/").c_str(), 1);
+  const std::string marker = unique_token("nsbox-stale-ws-");
+  const pid_t cli =
+      spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", "import time; time.sleep(1000)", marker});
+  std::vector<std::string> mounts;
+  for (int i = 0; i < 1000 && mounts.empty(); ++i) {
+    mounts = workspace_mounts_in(real);
+    if (mounts.empty()) ::usleep(10000);
+  }
+  ::kill(cli, SIGKILL);
+  wait_cli(cli);
+  EXPECT_FALSE(workspace_mounts_in(real).empty()) << "left mounted by the killed nsbox";
+  const CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
+  if (saved.empty())
+    ::unsetenv("TMPDIR");
+  else
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  ASSERT_FALSE(mounts.empty()) << "the run's workspace was never mounted";
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(workspace_mounts_in(real).empty()) << "the stale workspace is still mounted";
+  for (const auto& e : fs::directory_iterator(real)) ADD_FAILURE() << e.path() << " survived";
+  EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
 }
 
 }  // namespace
