@@ -42,9 +42,14 @@ constexpr size_t kMaxWaitingHeadsPerClient = 32;
 // answer: what is already here is read and dropped first, up to this.
 constexpr size_t kDrainedBeforeClose = 256 * 1024;
 // Connections refused on their head whose client may still be sending:
-// each holds a descriptor and no thread. Past this a refused one is closed
-// once what is already here is read (kDrainedBeforeClose).
+// each holds a descriptor and no thread. Past this, or past the share of
+// one client address, a refused one is closed once what is already here
+// is read (kDrainedBeforeClose).
 constexpr size_t kMaxDraining = 512;
+constexpr size_t kMaxDrainingPerClient = 32;
+// Read from one draining connection per wake-up, so that a client sending
+// fast cannot keep the watch's thread (and its lock) to itself.
+constexpr size_t kDrainedPerWake = 256 * 1024;
 // A look copies the whole head so far (MSG_PEEK starts at its first byte):
 // past kCheapLook, a head that grew by less than kLookStep is looked at
 // again at most every kLookInterval, so that one sent a byte at a time
@@ -99,6 +104,8 @@ struct Reading {
   int served = -1;  // cpp-httplib's descriptor
   UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
   Clock::time_point deadline;
+  bool held = false;           // the screen gave it something to hold
+  std::shared_ptr<void> hold;  // that, until let go of
   std::atomic<Phase> phase{Phase::kReading};
   // Only the request thread touches these.
   ChunkedFraming framing;
@@ -123,6 +130,7 @@ struct Draining {
   uint64_t left = 0;
   Clock::time_point deadline;
   Clock::time_point last_data;
+  std::string client;  // the peer's address, as for Waiting
 };
 
 thread_local Reading* t_reading = nullptr;
@@ -212,6 +220,12 @@ bool chunked_framing_too_long() {
   return r && r->chunked && r->framing.too_long();
 }
 
+bool held_since_the_head() { return t_reading && t_reading->held; }
+
+void let_go_of_the_heads_hold() {
+  if (t_reading) t_reading->hold.reset();
+}
+
 int served_socket() { return t_reading && t_reading->socket ? t_reading->socket.get() : -1; }
 
 bool request_arrived() {
@@ -238,6 +252,7 @@ struct ArrivalWatch::State {
   std::mutex mutex;
   std::unordered_map<int, Waiting> waiting;    // by descriptor
   std::unordered_map<int, Draining> draining;  // by descriptor
+  std::map<std::string, size_t> draining_per_client;
   std::map<std::string, size_t> waiting_per_client;
   std::list<std::shared_ptr<Reading>> reading;
   Clock::time_point planned_wake = Clock::time_point::max();
@@ -291,10 +306,10 @@ struct ArrivalWatch::State {
 
   // A complete head: refused by the screen, or served.
   void serve_or_refuse(int fd, Job job, std::string_view head) {
-    if (screen) {
-      if (std::optional<HeadRefusal> refusal = screen(head, fd)) return refuse_and_drain(fd, *refusal);
-    }
-    start_serving(fd, std::move(job));
+    Screened screened;
+    if (screen) screened = screen(head, fd);
+    if (screened.refusal) return refuse_and_drain(fd, *screened.refusal);
+    start_serving(fd, std::move(job), std::move(screened.held));
   }
 
   // Answers a connection refused on its head and shuts it for sending; what
@@ -304,61 +319,78 @@ struct ArrivalWatch::State {
   void refuse_and_drain(int fd, const HeadRefusal& refusal) {
     send_answer(fd, refusal.answer);
     ::shutdown(fd, SHUT_WR);
+    std::string client = peer_address(fd);
     std::unique_lock<std::mutex> lock(mutex);
-    if (arrivals_closed || draining.size() >= kMaxDraining) {
+    if (arrivals_closed || draining.size() >= kMaxDraining || draining_per_client[client] >= kMaxDrainingPerClient) {
+      if (draining_per_client[client] == 0) draining_per_client.erase(client);
       lock.unlock();
       drain_received(fd);
       ::close(fd);
       return;
     }
+    ++draining_per_client[client];
     const auto now = Clock::now();
-    draining[fd] = Draining{refusal.drained, now + limits.request_timeout, now};
-    // Edge-triggered: what is here already is reported by the ADD itself.
+    Draining& d = draining[fd];
+    d = Draining{refusal.drained, now + limits.request_timeout, now, std::move(client)};
+    // Level-triggered: a wake-up reads at most kDrainedPerWake, and the
+    // rest wakes it again.
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       spdlog::error("arrival watch: epoll_ctl add socket {}: {}", fd, std::strerror(errno));
-      draining.erase(fd);
+      stop_draining(draining.find(fd));
       lock.unlock();
       drain_received(fd);
       ::close(fd);
       return;
     }
-    if (now + limits.request_timeout < planned_wake) wake_up();
+    if (draining_deadline(d) < planned_wake) wake_up();
+  }
+
+  // Drops a draining connection from the books (the caller owns its descriptor).
+  std::unordered_map<int, Draining>::iterator stop_draining(std::unordered_map<int, Draining>::iterator it) {
+    auto count = draining_per_client.find(it->second.client);
+    if (count != draining_per_client.end() && --count->second == 0) draining_per_client.erase(count);
+    return draining.erase(it);
   }
 
   Clock::time_point draining_deadline(const Draining& d) const {
     return std::min(d.deadline, d.last_data + limits.idle_timeout);
   }
 
-  // Reads and drops what a refused connection's client sent; closes it at
-  // its end, at its budget, or if reading fails. Called with the lock held.
+  // Reads and drops some of what a refused connection's client sent;
+  // closes it at its end, at its budget, or if reading fails. Called with
+  // the lock held.
   void drain_some(std::unordered_map<int, Draining>::iterator it) {
     char sink[16384];
     Draining& d = it->second;
     d.last_data = Clock::now();
-    for (;;) {
+    for (size_t taken = 0; taken < kDrainedPerWake;) {
       const ssize_t n = ::recv(it->first, sink, sizeof sink, MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (n > 0 && static_cast<uint64_t>(n) < d.left) {
-        d.left -= static_cast<uint64_t>(n);
-        continue;
+      if (n <= 0 || static_cast<uint64_t>(n) >= d.left) {  // its end, an error, or all it may send
+        ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
+        ::close(it->first);
+        stop_draining(it);
+        return;
       }
-      break;  // its end, an error, or all it may send
+      d.left -= static_cast<uint64_t>(n);
+      taken += static_cast<size_t>(n);
     }
-    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
-    ::close(it->first);
-    draining.erase(it);
+    // More may be here: it wakes the watch again (level-triggered).
   }
 
   // Wraps cpp-httplib's job so that its request thread reads the request
-  // under a deadline, and hands it to the request threads.
-  void start_serving(int fd, Job job) {
-    Job served = [this, fd, job = std::move(job)]() mutable {
+  // under a deadline, and hands it to the request threads; what the screen
+  // gave it to hold goes with it.
+  void start_serving(int fd, Job job, std::shared_ptr<void> held = nullptr) {
+    Job served = [this, fd, job = std::move(job), held = std::move(held)]() mutable {
       auto r = std::make_shared<Reading>();
       r->served = fd;
+      r->held = held != nullptr;
+      r->hold = std::move(held);
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
       if (!r->socket) {
         // No deadline can be kept on it: refused rather than read unbounded.
@@ -514,7 +546,7 @@ struct ArrivalWatch::State {
         }
         ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->first, nullptr);
         ::close(it->first);
-        it = draining.erase(it);
+        it = stop_draining(it);
       }
       for (const auto& r : reading) {
         if (r->phase.load() != Phase::kReading) continue;
@@ -640,6 +672,7 @@ void ArrivalWatch::close_arrivals() {
     closing.swap(s.waiting);
     drained.swap(s.draining);
     s.waiting_per_client.clear();
+    s.draining_per_client.clear();
     for (const auto& [fd, w] : closing) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
     for (const auto& [fd, d] : drained) ::epoll_ctl(s.epoll.get(), EPOLL_CTL_DEL, fd, nullptr);
   }

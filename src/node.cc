@@ -262,6 +262,13 @@ struct Refusal {
   std::string message;
 };
 
+// A tenant at its max_requests.
+Refusal tenant_limit_refusal(const TenantConfig& tenant) {
+  return {429, "tenant_limit",
+          "too many requests: tenant " + tenant.name + " already has " + std::to_string(tenant.max_requests) +
+              " requests in (arriving, queued or running; its max_requests); retry later"};
+}
+
 // Whether a multipart Content-Type names a boundary as cpp-httplib reads
 // it (all that follows "boundary=", less a pair of quotes; not empty):
 // without one it reads nothing of the body.
@@ -331,6 +338,18 @@ uint64_t declared_length(const httplib::Request& req) {
   return length.empty() ? 0 : std::stoull(length);
 }
 
+// How much of a refused request's body to read and drop: what its one
+// Content-Length announces, otherwise (chunked, or framing refused) as much
+// as a body past the limit is drained.
+uint64_t body_to_drain(const httplib::Request& req, uint64_t body_limit) {
+  const uint64_t most = drained_body_max(body_limit);
+  const std::string length = req.get_header_value("Content-Length");
+  if (req.get_header_value_count("Content-Length") != 1 || length.empty() || length.size() > 19 ||
+      length.find_first_not_of("0123456789") != std::string::npos)
+    return most;
+  return std::min<uint64_t>(std::stoull(length), most);
+}
+
 // Reads and drops the body of a refused request: closed with the body
 // unread, the connection would be reset, and a client still sending would
 // never read its answer. At most limit bytes; false when it could not.
@@ -353,14 +372,15 @@ std::string peer_host(int fd) {
 }
 
 // A head parsed by parse_request_head as cpp-httplib would hand it to a
-// handler: the path decoded and without its query, the headers by name.
+// handler: the path without its query and the headers' values URL-decoded
+// (cpp-httplib decodes both), the headers by name.
 httplib::Request as_httplib_request(const RequestHead& head, int fd) {
   httplib::Request req;
   req.method = head.method;
   req.version = head.version;
   req.target = head.target;
   req.path = httplib::detail::decode_url(head.target.substr(0, head.target.find('?')), false);
-  for (const auto& [name, value] : head.headers) req.headers.emplace(name, value);
+  for (const auto& [name, value] : head.headers) req.headers.emplace(name, httplib::detail::decode_url(value, false));
   req.remote_addr = peer_host(fd);
   return req;
 }
@@ -462,7 +482,7 @@ class Node {
                      const std::string& message) const;
   Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
                                   const TenantConfig*& tenant) const;
-  std::optional<ArrivalWatch::HeadRefusal> refusal_on_the_head(std::string_view head, int fd, size_t li) const;
+  ArrivalWatch::Screened screen_head(std::string_view head, int fd, size_t li);
   const TenantConfig* authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                    std::string& why) const;
   void handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -558,8 +578,10 @@ Refusal Node::refusal_before_the_body(const httplib::Request& req, const NodeCon
 // Made by the arrival watch on each head before a request thread is given
 // the connection: every refusal a thread would make before reading the
 // body, so that a refused client, however slowly it sends its body, holds
-// no thread. The threads ask again (a reload may come in between).
-std::optional<ArrivalWatch::HeadRefusal> Node::refusal_on_the_head(std::string_view head, int fd, size_t li) const {
+// no thread. The threads ask again (a reload may come in between). A run
+// request let through holds its tenant's share from here, so that a
+// tenant's bodies still arriving count against its max_requests too.
+ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t li) {
   auto cfg = config();
   const uint64_t limit = body_limit_now(*cfg);
   RequestHead parsed;
@@ -578,10 +600,18 @@ std::optional<ArrivalWatch::HeadRefusal> Node::refusal_on_the_head(std::string_v
     if (!refusal.status && declared_length(req) > limit) refusal = {413, "too_large", too_large_message(limit)};
     if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *cfg, li, tenant);
   }
-  if (!refusal.status) return std::nullopt;
+  ArrivalWatch::Screened screened;
+  if (!refusal.status && tenant) {
+    if (tenant_shares_.try_take(tenant->name, tenant->max_requests))
+      screened.held = std::make_shared<TenantShare>(tenant_shares_, tenant->name);
+    else
+      refusal = tenant_limit_refusal(*tenant);
+  }
+  if (!refusal.status) return screened;
   httplib::Response res;
   refuse(req, res, refusal, tenant);
-  return ArrivalWatch::HeadRefusal{serialized(req, res), drained_body_max(limit)};
+  screened.refusal = ArrivalWatch::HeadRefusal{serialized(req, res), head.size() + body_to_drain(req, limit)};
+  return screened;
 }
 
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
@@ -639,6 +669,11 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
+  // The tenant's share taken on the head is given back before the answer
+  // goes out, as one taken here is.
+  struct LetGoAtReturn {
+    ~LetGoAtReturn() { let_go_of_the_heads_hold(); }
+  } let_go;
   auto cfg = config();
   const uint64_t limit = body_limit_now(*cfg);
   // After a body is read, whether the watch cut it at request_timeout (it
@@ -705,14 +740,13 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   }
   if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
     return reply(req, res, 200, error_body("No code provided."));
-  if (!tenant_shares_.try_take(tenant->name, tenant->max_requests)) {
-    res.set_header("Retry-After", "1");
-    return reject(req, res, "tenant_limit", 429,
-                  "too many requests: tenant " + tenant->name + " already has " + std::to_string(tenant->max_requests) +
-                      " requests running or queued (its max_requests); retry later",
-                  tenant);
+  // Taken on the head (screen_head) unless the watch did not see it.
+  std::optional<TenantShare> share;
+  if (!held_since_the_head()) {
+    if (!tenant_shares_.try_take(tenant->name, tenant->max_requests))
+      return refuse(req, res, tenant_limit_refusal(*tenant), tenant);
+    share.emplace(tenant_shares_, tenant->name);
   }
-  TenantShare share(tenant_shares_, tenant->name);
   switch (admission_.acquire()) {
     case Admission::Verdict::kAdmitted:
       break;
@@ -764,7 +798,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->new_task_queue = [this, threads, arrival, li] {
     return new BoundedTaskQueue(
         threads, threads * kPendingPerThread, arrival, [this](const char* reason) { metrics_.rejected(reason); },
-        [this, li](std::string_view head, int fd) { return refusal_on_the_head(head, fd, li); });
+        [this, li](std::string_view head, int fd) { return screen_head(head, fd, li); });
   };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
   svr->set_read_timeout(timeout.count() / 1000000, timeout.count() % 1000000);

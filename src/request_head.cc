@@ -26,11 +26,12 @@ bool is_field_value(std::string_view s) {
   return true;
 }
 
-// The request target's bytes: visible ASCII only (origin-form, or * for OPTIONS).
+// The request target: a path (origin-form) or * (for OPTIONS), of visible
+// bytes; curl sends UTF-8 in a URL as it was given, unencoded.
 bool is_target(std::string_view s) {
-  if (s.empty()) return false;
+  if (s != "*" && (s.empty() || s.front() != '/')) return false;
   for (unsigned char c : s)
-    if (c <= 0x20 || c >= 0x7f) return false;
+    if (c <= 0x20 || c == 0x7f) return false;
   return true;
 }
 
@@ -66,7 +67,8 @@ std::string parse_request_line(std::string_view line, RequestHead& out) {
   const std::string_view version = line.substr(second + 1);
   if (!is_token(method)) return "malformed request line " + quoted(line) + ": the method is not a token";
   if (!is_target(target))
-    return "malformed request line " + quoted(line) + ": the target is empty or holds a byte that is not visible ASCII";
+    return "malformed request line " + quoted(line) +
+           ": the target is neither a path starting with / nor *, or holds a blank or a control byte";
   if (version != "HTTP/1.1" && version != "HTTP/1.0")
     return "malformed request line " + quoted(line) + ": the version is neither HTTP/1.1 nor HTTP/1.0";
   out.method = method;
@@ -76,6 +78,8 @@ std::string parse_request_line(std::string_view line, RequestHead& out) {
 }
 
 std::string parse_header_line(std::string_view line, RequestHead& out) {
+  if (line.size() + 2 > kMaxHeaderLine)
+    return "header line " + quoted(line) + " is longer than " + std::to_string(kMaxHeaderLine) + " bytes";
   if (line.front() == ' ' || line.front() == '\t')
     return "malformed header line " + quoted(line) + ": a line folded onto the one before is not accepted";
   const size_t colon = line.find(':');

@@ -43,6 +43,16 @@ int take_accepted_socket();
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
 
+// On a request thread: whether the screen gave its request something to
+// hold while it is served (ArrivalWatch::Screened::held).
+bool held_since_the_head();
+
+// On a request thread: lets go of what the screen gave its request to hold,
+// before the answer is written (a client that sends its next request as
+// soon as it has the answer must find it given back). Otherwise it is let
+// go once the thread is done with the connection.
+void let_go_of_the_heads_hold();
+
 // On a request thread: a duplicate of its connection's socket, open while
 // the request is served, or -1 (a thread the watch did not start). For
 // watching whether the client went away, never for reading or writing.
@@ -74,10 +84,18 @@ class ArrivalWatch {
     std::string answer;
     uint64_t drained = 0;
   };
+  // What the screen decides on a head: a refusal for the watch to answer,
+  // or none, and then what is held while a request thread serves the
+  // request (a tenant's share), released when the thread lets go of it or
+  // is done with it, or when the connection is dropped unserved.
+  struct Screened {
+    std::optional<HeadRefusal> refusal;
+    std::shared_ptr<void> held;
+  };
   // Looks at a request's head (request line to the empty line) on the
-  // socket fd before any thread serves it; nullopt serves it. The screen
-  // counts and records its refusals itself.
-  using Screen = std::function<std::optional<HeadRefusal>(std::string_view head, int fd)>;
+  // socket fd before any thread serves it. The screen counts and records
+  // its refusals itself.
+  using Screen = std::function<Screened(std::string_view head, int fd)>;
 
   ArrivalWatch(Limits limits, Dispatch dispatch, Refused refused, Screen screen = {});
   ~ArrivalWatch();

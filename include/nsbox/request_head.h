@@ -7,12 +7,16 @@
 // what the node decides on a head is what cpp-httplib then serves.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 namespace nsbox {
+
+// The longest header line accepted, its CRLF included (cpp-httplib's bound).
+constexpr size_t kMaxHeaderLine = 8192;
 
 struct RequestHead {
   std::string method;

@@ -49,7 +49,13 @@ TEST(RequestHead, RefusesWhatAParserCouldReadTwoWays) {
   EXPECT_NE(error_of("GET / HTTP/1.1 " + end).find("one space apart"), std::string::npos);
   EXPECT_NE(error_of("GET / HTTP/2.0" + end).find("version"), std::string::npos);
   EXPECT_NE(error_of("G(T / HTTP/1.1" + end).find("method"), std::string::npos);
-  EXPECT_NE(error_of("GET /\x80 HTTP/1.1" + end).find("target"), std::string::npos);
+  EXPECT_NE(error_of("GET /\x7f HTTP/1.1" + end).find("target"), std::string::npos);
+  // cpp-httplib takes the path from the first part of the target that is
+  // not empty: "?/run" would be /run to it, and "" to a plain split.
+  EXPECT_NE(error_of("POST ?/run HTTP/1.1" + end).find("neither a path starting with / nor *"), std::string::npos);
+  EXPECT_NE(error_of("POST http://x/run HTTP/1.1" + end).find("neither a path"), std::string::npos);
+  EXPECT_NE(error_of("GET / HTTP/1.1\r\nX: " + std::string(8188, 'a') + end).find("longer than 8192 bytes"),
+            std::string::npos);
   EXPECT_NE(error_of("\r\nGET / HTTP/1.1" + end).find("starts with an empty line"), std::string::npos);
   EXPECT_NE(error_of("GET / HTTP/1.1\r\nHost: x\r\n").find("does not end"), std::string::npos);
   EXPECT_NE(error_of("GET / HTTP/1.1\r\n\r\nmore").find("goes on past"), std::string::npos);
@@ -57,6 +63,11 @@ TEST(RequestHead, RefusesWhatAParserCouldReadTwoWays) {
 
 TEST(RequestHead, AValuesVisibleBytesTabsAndObsTextAreKept) {
   RequestHead h;
+  // Raw UTF-8 in a target and * for OPTIONS, as curl sends them.
+  ASSERT_EQ(parse_request_head("GET /health?q=\xc3\xa9 HTTP/1.1\r\n\r\n", h), "");
+  ASSERT_EQ(parse_request_head("OPTIONS * HTTP/1.1\r\n\r\n", h), "");
+  ASSERT_EQ(parse_request_head("GET / HTTP/1.1\r\nX: " + std::string(8187, 'a') + "\r\n\r\n", h),
+            "");  // 8192 with its CRLF
   ASSERT_EQ(parse_request_head("GET / HTTP/1.1\r\nX: a\tb \xe4\xb8\xad \"q\"\r\n\r\n", h), "");
   ASSERT_EQ(h.headers.size(), 1u);
   EXPECT_EQ(h.headers[0].second, "a\tb \xe4\xb8\xad \"q\"");
