@@ -105,6 +105,7 @@ struct Reading {
   UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
   Clock::time_point deadline;
   bool held = false;           // the screen gave it something to hold
+  std::string holder;          // for whom
   std::shared_ptr<void> hold;  // that, until let go of
   std::atomic<Phase> phase{Phase::kReading};
   // Only the request thread touches these.
@@ -220,7 +221,9 @@ bool chunked_framing_too_long() {
   return r && r->chunked && r->framing.too_long();
 }
 
-bool held_since_the_head() { return t_reading && t_reading->held; }
+bool held_since_the_head(const std::string& holder) {
+  return t_reading && t_reading->held && t_reading->holder == holder;
+}
 
 void let_go_of_the_heads_hold() {
   if (t_reading) t_reading->hold.reset();
@@ -309,7 +312,7 @@ struct ArrivalWatch::State {
     Screened screened;
     if (screen) screened = screen(head, fd);
     if (screened.refusal) return refuse_and_drain(fd, *screened.refusal);
-    start_serving(fd, std::move(job), std::move(screened.held));
+    start_serving(fd, std::move(job), std::move(screened.held), std::move(screened.holder));
   }
 
   // Answers a connection refused on its head and shuts it for sending; what
@@ -385,11 +388,12 @@ struct ArrivalWatch::State {
   // Wraps cpp-httplib's job so that its request thread reads the request
   // under a deadline, and hands it to the request threads; what the screen
   // gave it to hold goes with it.
-  void start_serving(int fd, Job job, std::shared_ptr<void> held = nullptr) {
-    Job served = [this, fd, job = std::move(job), held = std::move(held)]() mutable {
+  void start_serving(int fd, Job job, std::shared_ptr<void> held = nullptr, std::string holder = {}) {
+    Job served = [this, fd, job = std::move(job), held = std::move(held), holder = std::move(holder)]() mutable {
       auto r = std::make_shared<Reading>();
       r->served = fd;
       r->held = held != nullptr;
+      r->holder = std::move(holder);
       r->hold = std::move(held);
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
       if (!r->socket) {

@@ -99,7 +99,8 @@ int probe_taking_descriptors(const HostIds& ids) {
                              ::setresuid(ids.uid, ids.uid, ids.uid) != 0))
       ::_exit(1);
     (void)::unshare(CLONE_NEWUSER);
-    const int32_t fd = hold[0];  // what it offers: any descriptor of its own
+    (void)::prctl(PR_SET_DUMPABLE, 0);  // as a sandbox's PID 1 and workload are
+    const int32_t fd = hold[0];         // what it offers: any descriptor of its own
     (void)!::write(ready[1], &fd, sizeof fd);
     char byte;
     (void)!::read(hold[0], &byte, 1);  // until the parent is done

@@ -48,8 +48,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr size_t kSpareThreads = 4;  // health and metrics while every slot is busy
 constexpr size_t kMaxThreads = 1024;
-// cpp-httplib's bound on a request target, past which it answers 414.
-constexpr size_t kMaxRequestTarget = 8192;
+// cpp-httplib's bound on a request line with its CRLF, past which it answers 414.
+constexpr size_t kMaxRequestLine = 8192;
 
 constexpr size_t kPendingPerThread = 2;  // accepted connections waiting for a thread
 constexpr size_t kMaxShedQueue = 256;
@@ -339,15 +339,33 @@ uint64_t declared_length(const httplib::Request& req) {
 }
 
 // How much of a refused request's body to read and drop: what its one
-// Content-Length announces, otherwise (chunked, or framing refused) as much
-// as a body past the limit is drained.
+// Content-Length announces, as much as a body past the limit is drained
+// for a chunked one (its length is unknown), and nothing for any other
+// (no length, two, or a head refused before its framing was read).
 uint64_t body_to_drain(const httplib::Request& req, uint64_t body_limit) {
   const uint64_t most = drained_body_max(body_limit);
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  if (lengths == 0 && req.get_header_value_count("Transfer-Encoding") == 1) return most;
   const std::string length = req.get_header_value("Content-Length");
-  if (req.get_header_value_count("Content-Length") != 1 || length.empty() || length.size() > 19 ||
+  if (lengths != 1 || length.empty() || length.size() > 19 ||
       length.find_first_not_of("0123456789") != std::string::npos)
-    return most;
+    return 0;
   return std::min<uint64_t>(std::stoull(length), most);
+}
+
+// cpp-httplib URL-decodes header values, and so does the screen; a proxy
+// in front reads them as sent. Where that could make two readings of a
+// request's framing or credentials (Transfer-Encoding: chunke%64), a %
+// is refused. Why, or "".
+std::string percent_in_framing_or_credentials(const RequestHead& head) {
+  for (const auto& [name, value] : head.headers) {
+    for (const char* checked : {"Content-Length", "Transfer-Encoding", "Expect", "Authorization"}) {
+      if (::strcasecmp(name.c_str(), checked) == 0 && value.find('%') != std::string::npos)
+        return std::string("the ") + checked +
+               " header holds a %: percent-encoding is not accepted in framing or credentials headers";
+    }
+  }
+  return "";
 }
 
 // Reads and drops the body of a refused request: closed with the body
@@ -591,9 +609,12 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
   Refusal refusal;
   if (!malformed.empty()) {
     refusal = {400, "bad_request", malformed};
-  } else if (parsed.target.size() > kMaxRequestTarget) {
-    refusal = {414, "bad_request",
-               std::string(status_message(414)) + ": over " + std::to_string(kMaxRequestTarget) + " bytes"};
+  } else if (head.find("\r\n") + 2 > kMaxRequestLine) {
+    refusal = {
+        414, "bad_request",
+        std::string(status_message(414)) + ": the request line is over " + std::to_string(kMaxRequestLine) + " bytes"};
+  } else if (std::string why = percent_in_framing_or_credentials(parsed); !why.empty()) {
+    refusal = {400, "bad_request", why};
   } else {
     // cpp-httplib asks its 100-continue handler exactly then.
     refusal = header_refusal(req, limit, req.get_header_value("Expect") == "100-continue");
@@ -602,9 +623,10 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
   }
   ArrivalWatch::Screened screened;
   if (!refusal.status && tenant) {
-    if (tenant_shares_.try_take(tenant->name, tenant->max_requests))
+    if (tenant_shares_.try_take(tenant->name, tenant->max_requests)) {
       screened.held = std::make_shared<TenantShare>(tenant_shares_, tenant->name);
-    else
+      screened.holder = tenant->name;
+    } else
       refusal = tenant_limit_refusal(*tenant);
   }
   if (!refusal.status) return screened;
@@ -635,7 +657,8 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
 // A run ends killed when the node cancels it (at the end of a drain's grace
 // period) or its client goes away; which one, for the audit log.
 const char* Node::who_killed(const JobResult& result, int client) const {
-  if (result.value("status", "") != "killed") return nullptr;
+  // A seccomp kill (SIGSYS) or the code's own signal is no one's cancel.
+  if (result.value("status", "") != "killed" || result.value("signal", json(nullptr)) != json(SIGKILL)) return nullptr;
   pollfd node{cancel_.get(), POLLIN, 0};
   if (::poll(&node, 1, 0) > 0 && (node.revents & POLLIN)) return "node_stopping";
   if (client_went_away(client)) return "client_closed";
@@ -669,11 +692,6 @@ void Node::finish_run(const std::string& api, const TenantConfig& tenant, const 
 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
                        size_t li, bool native) {
-  // The tenant's share taken on the head is given back before the answer
-  // goes out, as one taken here is.
-  struct LetGoAtReturn {
-    ~LetGoAtReturn() { let_go_of_the_heads_hold(); }
-  } let_go;
   auto cfg = config();
   const uint64_t limit = body_limit_now(*cfg);
   // After a body is read, whether the watch cut it at request_timeout (it
@@ -742,7 +760,9 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     return reply(req, res, 200, error_body("No code provided."));
   // Taken on the head (screen_head) unless the watch did not see it.
   std::optional<TenantShare> share;
-  if (!held_since_the_head()) {
+  // (A reload between the head and here may have moved the token to
+  // another tenant, whose share is then taken here.)
+  if (!held_since_the_head(tenant->name)) {
     if (!tenant_shares_.try_take(tenant->name, tenant->max_requests))
       return refuse(req, res, tenant_limit_refusal(*tenant), tenant);
     share.emplace(tenant_shares_, tenant->name);
@@ -839,7 +859,12 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   });
   // Every answer is written after this: from here the watch may no longer
   // cut the connection, so its 408 and an answer never share the socket.
-  svr->set_post_routing_handler([](const httplib::Request&, httplib::Response&) { (void)request_arrived(); });
+  // The tenant's share taken on the head is given back here too, before
+  // the answer goes out (not before a 100 Continue: the body is yet to come).
+  svr->set_post_routing_handler([](const httplib::Request&, httplib::Response&) {
+    (void)request_arrived();
+    let_go_of_the_heads_hold();
+  });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer
     if (res.status == 413) {        // a Content-Length past what the servers read

@@ -43,6 +43,12 @@ std::string temp_base() {
   return ::realpath(base.c_str(), resolved) ? std::string(resolved) : base;
 }
 
+// name in temp_base(), spelt as mountinfo spells it (no "//" for TMPDIR=/).
+std::string in_temp_base(const std::string& name) {
+  const std::string base = temp_base();
+  return (base == "/" ? "" : base) + "/" + name;
+}
+
 // A path as mountinfo writes it: space, tab, newline and backslash as
 // three octal digits after a backslash.
 std::string unescape_mountinfo(const std::string& field) {
@@ -286,7 +292,7 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
   // the outer one, 0700, keeps every other host user out. It is the
   // sandbox's host user's too, so that PID 1 can bind ws/ by its path, but
   // lies outside every sandbox's view: no run can change it.
-  outer_ = temp_base() + "/" + kPrefix + next_run_cgroup_name();
+  outer_ = in_temp_base(kPrefix + next_run_cgroup_name());
   if (::mkdir(outer_.c_str(), 0700) != 0) throw SysError("mkdir workspace", outer_, errno);
   path_ = outer_ + "/" + kWorkspaceInner;
   try {
@@ -372,7 +378,7 @@ int remove_stale_workspaces() {
   }
   ::closedir(dir);
   for (const auto& name : stale) {
-    const std::string path = base + "/" + name;
+    const std::string path = in_temp_base(name);
     remove_workspace(path, is_mount_point(path + "/" + kWorkspaceInner), is_mount_point(path));
     ++removed;
   }

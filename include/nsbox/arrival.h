@@ -44,8 +44,8 @@ int take_accepted_socket();
 bool request_arrived();
 
 // On a request thread: whether the screen gave its request something to
-// hold while it is served (ArrivalWatch::Screened::held).
-bool held_since_the_head();
+// hold while it is served (ArrivalWatch::Screened::held), for holder.
+bool held_since_the_head(const std::string& holder);
 
 // On a request thread: lets go of what the screen gave its request to hold,
 // before the answer is written (a client that sends its next request as
@@ -91,6 +91,7 @@ class ArrivalWatch {
   struct Screened {
     std::optional<HeadRefusal> refusal;
     std::shared_ptr<void> held;
+    std::string holder;  // whose it is (a tenant's name)
   };
   // Looks at a request's head (request line to the empty line) on the
   // socket fd before any thread serves it. The screen counts and records

@@ -1340,30 +1340,56 @@ TEST(NodeDeadlines, TheHeadIsScreenedWithTheHeaderValuesTheHandlersSee) {
 // Refused on its head, a request's body is read and dropped only as far as
 // its Content-Length says, not to the 64 MiB past the limit a chunked one
 // may send: what a client sends past that is its own loss.
+// Sends head, then up to 40 MiB: how much went before the node reset the
+// connection (errno in err: ECONNRESET or EPIPE), or 40 MiB.
+size_t sent_before_reset(int port, const std::string& head, int& err) {
+  err = 0;
+  const int s = connect_loopback(port);
+  if (s < 0) return 0;
+  timeval tv{10, 0};
+  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  size_t sent = 0;
+  if (::send(s, head.data(), head.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(head.size())) {
+    const std::string chunk(1 << 20, 'x');
+    while (sent < (40u << 20)) {
+      const ssize_t n = ::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) {
+        err = errno;
+        break;
+      }
+      sent += static_cast<size_t>(n);
+    }
+  }
+  ::close(s);
+  return sent;
+}
+
 TEST(NodeDeadlines, ARefusedBodyIsDrainedOnlyAsFarAsItsLengthSays) {
   NodeProcess node(deadline_config_with_acme("2s"));
   ASSERT_TRUE(node.ready()) << node.log();
-  const int s = connect_loopback(node.port());
-  ASSERT_GE(s, 0);
-  timeval tv{10, 0};
-  ::setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  const std::string head =
-      "POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: 5\r\n\r\n";
-  ASSERT_EQ(::send(s, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
-  const std::string chunk(1 << 20, 'x');
-  size_t sent = 0;
-  int err = 0;
-  while (sent < (40u << 20)) {
-    const ssize_t n = ::send(s, chunk.data(), chunk.size(), MSG_NOSIGNAL);
-    if (n <= 0) {
-      err = errno;
-      break;
-    }
-    sent += static_cast<size_t>(n);
+  // One Content-Length: that far; two (400): nothing past the head.
+  for (const char* lengths : {"Content-Length: 5\r\n", "Content-Length: 5\r\nContent-Length: 5\r\n"}) {
+    int err = 0;
+    const size_t sent = sent_before_reset(
+        node.port(),
+        std::string("POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n") + lengths + "\r\n", err);
+    EXPECT_TRUE(err == ECONNRESET || err == EPIPE) << lengths << "sent " << sent << " bytes: " << std::strerror(err);
+    EXPECT_LT(sent, 32u << 20) << lengths << "the node read on past the announced 5 bytes";
   }
-  ::close(s);
-  EXPECT_TRUE(err == ECONNRESET || err == EPIPE) << "sent " << sent << " bytes: " << std::strerror(err);
-  EXPECT_LT(sent, 32u << 20) << "the node read on past the announced 5 bytes";
+}
+
+// cpp-httplib URL-decodes header values, a proxy in front may not: a % in
+// a framing or credentials header is refused, not read as "Content-Length: 10".
+TEST(NodeDeadlines, APercentInAFramingHeaderIsRefused) {
+  NodeProcess node(deadline_config_with_acme("2s"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  for (const char* framing : {"Content-Length: 1%30", "Transfer-Encoding: chunke%64"}) {
+    const std::string answer =
+        send_raw(node.port(), std::string("POST /run HTTP/1.1\r\nHost: x\r\n") + framing + "\r\n\r\n{\"code\": 1}", 5);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << framing << "\n" << answer.substr(0, 300);
+    EXPECT_NE(answer.find("percent-encoding is not accepted in framing or credentials headers"), std::string::npos)
+        << answer.substr(0, 300);
+  }
 }
 
 // One client address holds at most 32 of the places where refused
