@@ -26,6 +26,7 @@
 #include "nsbox/profile_apply.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/sandbox.h"
+#include "nsbox/unique_fd.h"
 #include "nsbox/userns.h"
 
 namespace nsbox {
@@ -82,49 +83,38 @@ int probe_unprivileged_unshare(int flags, const HostIds& ids) {
 // own, not dumpable) with pidfd_getfd, as it takes each sandbox's seccomp
 // listener (fd_passing.h); 0 or errno.
 int probe_taking_descriptors(const HostIds& ids) {
-  int ready[2];
-  int hold[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) return errno;
-  if (::pipe2(hold, O_CLOEXEC) != 0) {
-    const int err = errno;
-    ::close(ready[0]);
-    ::close(ready[1]);
-    return err;
-  }
+  int ready_fds[2];
+  int hold_fds[2];
+  if (::pipe2(ready_fds, O_CLOEXEC) != 0) return errno;
+  UniqueFd ready_in(ready_fds[0]), ready_out(ready_fds[1]);
+  if (::pipe2(hold_fds, O_CLOEXEC) != 0) return errno;
+  UniqueFd hold_in(hold_fds[0]), hold_out(hold_fds[1]);
   const pid_t pid = ::fork();
+  if (pid < 0) return errno;
   if (pid == 0) {
-    ::close(ready[0]);
-    ::close(hold[1]);
     if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(ids.gid, ids.gid, ids.gid) != 0 ||
                              ::setresuid(ids.uid, ids.uid, ids.uid) != 0))
       ::_exit(1);
     (void)::unshare(CLONE_NEWUSER);
     (void)::prctl(PR_SET_DUMPABLE, 0);  // as a sandbox's PID 1 and workload are
-    const int32_t fd = hold[0];         // what it offers: any descriptor of its own
-    (void)!::write(ready[1], &fd, sizeof fd);
+    const int32_t fd = hold_in.get();   // what it offers: any descriptor of its own
+    hold_out.reset();
+    (void)!::write(ready_out.get(), &fd, sizeof fd);
     char byte;
-    (void)!::read(hold[0], &byte, 1);  // until the parent is done
+    (void)!::read(hold_in.get(), &byte, 1);  // until the parent is done
     ::_exit(0);
   }
-  const int fork_err = errno;
-  ::close(ready[1]);
-  ::close(hold[0]);
-  int result = fork_err;
-  if (pid > 0) {
-    int32_t fd = -1;
-    result = EIO;
-    if (::read(ready[0], &fd, sizeof fd) == sizeof fd) {
-      const int taken = take_fd_from(pid, fd);
-      result = taken >= 0 ? 0 : errno;
-      if (taken >= 0) ::close(taken);
-    }
+  ready_out.reset();
+  hold_in.reset();
+  int32_t fd = -1;
+  int result = EIO;
+  if (::read(ready_in.get(), &fd, sizeof fd) == sizeof fd) {
+    const UniqueFd taken(take_fd_from(pid, fd));
+    result = taken ? 0 : errno;
   }
-  ::close(ready[0]);
-  ::close(hold[1]);
-  if (pid > 0) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+  hold_out.reset();  // the child's read ends
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return result;
 }
