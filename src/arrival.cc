@@ -104,8 +104,7 @@ struct Reading {
   int served = -1;  // cpp-httplib's descriptor
   UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
   Clock::time_point deadline;
-  bool held = false;           // the screen gave it something to hold
-  std::string holder;          // for whom
+  std::string holder;          // for whom the screen gave it something to hold
   std::shared_ptr<void> hold;  // that, until let go of
   std::atomic<Phase> phase{Phase::kReading};
   // Only the request thread touches these.
@@ -222,7 +221,7 @@ bool chunked_framing_too_long() {
 }
 
 bool held_since_the_head(const std::string& holder) {
-  return t_reading && t_reading->held && t_reading->holder == holder;
+  return t_reading && t_reading->hold && t_reading->holder == holder;
 }
 
 void let_go_of_the_heads_hold() {
@@ -392,7 +391,6 @@ struct ArrivalWatch::State {
     Job served = [this, fd, job = std::move(job), held = std::move(held), holder = std::move(holder)]() mutable {
       auto r = std::make_shared<Reading>();
       r->served = fd;
-      r->held = held != nullptr;
       r->holder = std::move(holder);
       r->hold = std::move(held);
       r->socket = UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));

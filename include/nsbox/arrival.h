@@ -43,8 +43,9 @@ int take_accepted_socket();
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
 
-// On a request thread: whether the screen gave its request something to
-// hold while it is served (ArrivalWatch::Screened::held), for holder.
+// On a request thread: whether its request holds what the screen gave it
+// to hold while it is served (ArrivalWatch::Screened::held) for holder, and
+// has not let go of it yet.
 bool held_since_the_head(const std::string& holder);
 
 // On a request thread: lets go of what the screen gave its request to hold,
