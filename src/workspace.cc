@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,6 +276,20 @@ struct Collector {
   }
 };
 
+// Makes $TMPDIR/nsbox-run-<pid>-<start>-<n>-<random>, 0700, and returns its
+// path. The random part is why: another host user can make any name in a
+// shared /tmp first, and one it could foresee would fail every run.
+std::string make_outer_directory() {
+  const std::string run_name = next_run_cgroup_name();
+  for (int attempt = 0;; ++attempt) {
+    unsigned char bytes[8];
+    if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) throw SysError("getrandom", "workspace name", errno);
+    const std::string path = in_temp_base(kPrefix + run_name + "-" + to_hex(bytes, sizeof bytes));
+    if (::mkdir(path.c_str(), 0700) == 0) return path;
+    if (errno != EEXIST || attempt == 7) throw SysError("mkdir workspace", path, errno);
+  }
+}
+
 }  // namespace
 
 uint64_t workspace_inodes(const WorkspaceSpec& spec) {
@@ -292,8 +307,7 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
   // the outer one, 0700, keeps every other host user out. It is the
   // sandbox's host user's too, so that PID 1 can bind ws/ by its path, but
   // lies outside every sandbox's view: no run can change it.
-  outer_ = in_temp_base(kPrefix + next_run_cgroup_name());
-  if (::mkdir(outer_.c_str(), 0700) != 0) throw SysError("mkdir workspace", outer_, errno);
+  outer_ = make_outer_directory();
   path_ = outer_ + "/" + kWorkspaceInner;
   try {
     if (::geteuid() == 0) {

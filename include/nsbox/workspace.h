@@ -35,10 +35,10 @@ struct ArtifactReport {
 
 class Workspace {
  public:
-  // Creates $TMPDIR/nsbox-run-<pid>-<start>-<n> (nsbox's, 0700) and in it
-  // ws/ (a size- and inode-capped tmpfs when nsbox runs as root, else a
-  // plain directory) owned by the sandbox's host ids, with out/, and copies
-  // the inputs in. Throws SysError/UsageError.
+  // Creates $TMPDIR/nsbox-run-<pid>-<start>-<n>-<random> (nsbox's, 0700)
+  // and in it ws/ (a size- and inode-capped tmpfs when nsbox runs as root,
+  // else a plain directory) owned by the sandbox's host ids, with out/, and
+  // copies the inputs in. Throws SysError/UsageError.
   Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid);
   ~Workspace();
   Workspace(const Workspace&) = delete;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -364,6 +365,61 @@ std::vector<std::string> workspace_mounts_in(const std::string& dir) {
   return found;
 }
 
+// TMPDIR set to a path for as long as it lives, then as it was.
+class TmpdirSetTo {
+ public:
+  explicit TmpdirSetTo(const std::string& path) {
+    if (const char* before = std::getenv("TMPDIR")) saved_ = before;
+    ::setenv("TMPDIR", path.c_str(), 1);
+  }
+  ~TmpdirSetTo() {
+    if (saved_.empty())
+      ::unsetenv("TMPDIR");
+    else
+      ::setenv("TMPDIR", saved_.c_str(), 1);
+  }
+  TmpdirSetTo(const TmpdirSetTo&) = delete;
+  TmpdirSetTo& operator=(const TmpdirSetTo&) = delete;
+
+ private:
+  std::string saved_;
+};
+
+// Another host user can make names in a shared /tmp before nsbox does.
+// Every name it could foresee, the next runs' included, is taken first:
+// the next workspace is still made, in a directory of nsbox's own.
+TEST(Workspace, NamesAnotherUserMadeFirstInTmpDoNotStopARun) {
+  Scratch s;
+  TmpdirSetTo tmpdir(s.path());
+  const HostIds ids = choose_host_ids();
+  std::string first_name;
+  {
+    Workspace first(WorkspaceSpec{}, ids.uid, ids.gid);
+    first_name = fs::path(first.host_path()).parent_path().filename().string();
+  }
+  // nsbox-run-<pid>-<start>-<n>...: the part a squatter can foresee.
+  std::vector<std::string> parts;
+  std::istringstream in(first_name);
+  for (std::string part; std::getline(in, part, '-');) parts.push_back(part);
+  ASSERT_GE(parts.size(), 5u) << first_name;
+  const std::string foreseen = parts[0] + "-" + parts[1] + "-" + parts[2] + "-" + parts[3] + "-";
+  const int n = std::stoi(parts[4]);
+  for (int next = n + 1; next <= n + 50; ++next)
+    ASSERT_EQ(::mkdir((s.path() + "/" + foreseen + std::to_string(next)).c_str(), 0755), 0);
+  std::unique_ptr<Workspace> ws;
+  try {
+    ws = std::make_unique<Workspace>(WorkspaceSpec{}, ids.uid, ids.gid);
+  } catch (const std::exception& e) {
+    FAIL() << "a name made first stopped the run: " << e.what();
+  }
+  const fs::path outer = fs::path(ws->host_path()).parent_path();
+  struct stat st {};
+  ASSERT_EQ(::stat(outer.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u) << outer;
+  EXPECT_EQ(st.st_uid, ::geteuid() == 0 ? ids.uid : ::geteuid()) << outer;
+  for (int next = n + 1; next <= n + 50; ++next) EXPECT_NE(outer.filename().string(), foreseen + std::to_string(next));
+}
+
 // nsbox killed during a run leaves the run's workspace mounted; the next
 // nsbox removes it, whatever the spelling of TMPDIR (mountinfo names the
 // mount point resolved: a trailing slash or a symlink once hid it).
@@ -375,9 +431,7 @@ TEST(Workspace, TheNextNsboxRemovesAKilledOnesWorkspaceWhateverTmpdirsSpelling) 
   const std::string real = std::string(resolved) + "/real dir";  // mountinfo escapes the space
   ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
   ASSERT_EQ(::symlink(real.c_str(), (s.path() + "/link").c_str()), 0);
-  const char* before = std::getenv("TMPDIR");
-  const std::string saved = before ? before : "";
-  ::setenv("TMPDIR", (s.path() + "/link/").c_str(), 1);
+  auto tmpdir = std::make_unique<TmpdirSetTo>(s.path() + "/link/");
   const std::string marker = unique_token("nsbox-stale-ws-");
   const pid_t cli =
       spawn_cli({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", "import time; time.sleep(1000)", marker});
@@ -390,10 +444,7 @@ TEST(Workspace, TheNextNsboxRemovesAKilledOnesWorkspaceWhateverTmpdirsSpelling) 
   wait_cli(cli);
   EXPECT_FALSE(workspace_mounts_in(real).empty()) << "left mounted by the killed nsbox";
   const CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
-  if (saved.empty())
-    ::unsetenv("TMPDIR");
-  else
-    ::setenv("TMPDIR", saved.c_str(), 1);
+  tmpdir.reset();
   ASSERT_FALSE(mounts.empty()) << "the run's workspace was never mounted";
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(workspace_mounts_in(real).empty()) << "the stale workspace is still mounted";
