@@ -18,6 +18,7 @@
 
 #include "cgroup_internal.h"
 #include "nsbox/error.h"
+#include "nsbox/mounts.h"
 
 namespace nsbox {
 
@@ -239,7 +240,7 @@ std::vector<MountEntry> cgroup_mounts() {
     if (dash == f.end() || f.size() < 5 || dash + 3 >= f.end()) continue;
     const std::string& fstype = *(dash + 1);
     if (fstype != "cgroup" && fstype != "cgroup2") continue;
-    out.push_back({f[4], f[3], fstype, *(dash + 3)});
+    out.push_back({unescape_mountinfo(f[4]), unescape_mountinfo(f[3]), fstype, *(dash + 3)});
   }
   return out;
 }

@@ -637,4 +637,18 @@ int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step, con
   return result;
 }
 
+std::string unescape_mountinfo(std::string_view field) {
+  auto octal = [&](size_t at) { return at < field.size() && field[at] >= '0' && field[at] <= '7'; };
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += field[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace nsbox

@@ -21,6 +21,7 @@
 #include "nsbox/cgroup.h"
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
+#include "nsbox/mounts.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox {
@@ -48,22 +49,6 @@ std::string temp_base() {
 std::string in_temp_base(const std::string& name) {
   const std::string base = temp_base();
   return (base == "/" ? "" : base) + "/" + name;
-}
-
-// A path as mountinfo writes it: space, tab, newline and backslash as
-// three octal digits after a backslash.
-std::string unescape_mountinfo(const std::string& field) {
-  auto octal = [&](size_t at) { return at < field.size() && field[at] >= '0' && field[at] <= '7'; };
-  std::string out;
-  for (size_t i = 0; i < field.size(); ++i) {
-    if (field[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
-      out += static_cast<char>((field[i + 1] - '0') * 64 + (field[i + 2] - '0') * 8 + (field[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += field[i];
-    }
-  }
-  return out;
 }
 
 // Removes everything below dir_fd without following symlinks, then the

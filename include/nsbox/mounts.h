@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nsbox/run_spec.h"
@@ -66,6 +67,10 @@ struct Masks {
   std::vector<std::string> dirs;
 };
 Masks masks_for(const RunSpec& spec);
+
+// A path field of /proc/self/mountinfo as it is: the kernel writes space,
+// tab, newline and backslash as a backslash and three octal digits.
+std::string unescape_mountinfo(std::string_view field);
 
 class MountPlan {
  public:

@@ -154,5 +154,14 @@ TEST(LockedMountFlags, MissingPathIsAnErrorNamingIt) {
   }
 }
 
+// What the kernel escapes in mountinfo's paths comes back as it was; a
+// backslash not followed by three octal digits is left as it is.
+TEST(Mountinfo, PathFieldsAreUnescaped) {
+  EXPECT_EQ(unescape_mountinfo("/tmp/real\\040dir/nsbox-run-1"), "/tmp/real dir/nsbox-run-1");
+  EXPECT_EQ(unescape_mountinfo("/a\\011b\\012c\\134d"), "/a\tb\nc\\d");
+  EXPECT_EQ(unescape_mountinfo("/sys/fs/cgroup/memory"), "/sys/fs/cgroup/memory");
+  EXPECT_EQ(unescape_mountinfo("/x\\08y\\04"), "/x\\08y\\04");
+}
+
 }  // namespace
 }  // namespace nsbox
