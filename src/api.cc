@@ -12,9 +12,18 @@ using json = nlohmann::ordered_json;
 constexpr double kMaxTimeoutSeconds = 86400;
 
 // nlohmann's messages start with "[json.exception.parse_error.101] ".
+// nlohmann's message without its "[json.exception...] " and without what it
+// "last read": a request's bytes, which may be personal data, never go into
+// the answer's error, which the audit log keeps. The position stays.
 std::string parse_error_message(const std::string& what) {
-  size_t end = what.find("] ");
-  return end == std::string::npos ? what : what.substr(end + 2);
+  const size_t end = what.find("] ");
+  std::string message = end == std::string::npos ? what : what.substr(end + 2);
+  if (message.rfind("number overflow parsing '", 0) == 0) return "number overflow";
+  const size_t read = message.find("; last read: '");
+  if (read == std::string::npos) return message;
+  const size_t expected = message.rfind("'; expected ");
+  return message.substr(0, read) +
+         (expected != std::string::npos && expected > read ? message.substr(expected + 1) : "");
 }
 
 void dump_into(const json& v, std::string& out) {

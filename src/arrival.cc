@@ -399,7 +399,7 @@ struct ArrivalWatch::State {
         // What arrived is dropped, so cpp-httplib's job finds only the end
         // and closes its socket without serving a request.
         spdlog::warn("arrival watch: duplicate socket {}: {}; the connection is refused", fd, std::strerror(errno));
-        refused("overload");
+        refused("overload", 429, fd);
         send_answer(fd, overload_answer);
         ::shutdown(fd, SHUT_RDWR);
         drain_received(fd);
@@ -414,7 +414,7 @@ struct ArrivalWatch::State {
       if (r->socket) remove_reading(r);
     };
     if (dispatch(served)) return;
-    refused("overload");
+    refused("overload", 429, fd);
     answer_and_close(fd, overload_answer);
   }
 
@@ -440,7 +440,7 @@ struct ArrivalWatch::State {
     if (waiting.size() >= kMaxWaitingHeads || waiting_per_client[client] >= kMaxWaitingHeadsPerClient) {
       if (waiting_per_client[client] == 0) waiting_per_client.erase(client);
       lock.unlock();
-      refused("overload");
+      refused("overload", 429, fd);
       answer_and_close(fd, overload_answer);
       return;
     }
@@ -497,10 +497,10 @@ struct ArrivalWatch::State {
       case Look::kComplete:
         return serve_or_refuse(fd, std::move(job), head);
       case Look::kTooLarge:
-        refused("head_too_large");
+        refused("head_too_large", 431, fd);
         return answer_and_close(fd, too_large_answer);
       case Look::kBareLf:
-        refused("bad_request");
+        refused("bad_request", 400, fd);
         return answer_and_close(fd, bare_lf_answer);
       default:  // closed or failed before its head: nothing to answer
         return answer_and_close(fd, "");
@@ -563,11 +563,11 @@ struct ArrivalWatch::State {
     }
     for (int fd : looks_due) on_data(fd, false);
     for (const auto& l : late) {
-      if (l.answer) refused("timeout");
+      if (l.answer) refused("timeout", 408, l.fd);
       answer_and_close(l.fd, l.answer ? *l.answer : std::string());
     }
     for (const auto& r : cut) {
-      refused("timeout");
+      refused("timeout", 408, r->socket.get());
       send_answer(r->socket.get(), body_timeout_answer);
       ::shutdown(r->socket.get(), SHUT_RDWR);
     }
@@ -654,11 +654,11 @@ void ArrivalWatch::admit(int fd, Job job) {
   if (first == Look::kComplete) return s.serve_or_refuse(fd, std::move(job), head);
   if (first == Look::kGone) return answer_and_close(fd, "");
   if (first == Look::kTooLarge) {
-    s.refused("head_too_large");
+    s.refused("head_too_large", 431, fd);
     return answer_and_close(fd, s.too_large_answer);
   }
   if (first == Look::kBareLf) {
-    s.refused("bad_request");
+    s.refused("bad_request", 400, fd);
     return answer_and_close(fd, s.bare_lf_answer);
   }
   s.wait_for_head(fd, std::move(job), seen);

@@ -10,7 +10,6 @@
 #include <ctime>
 #include <utility>
 
-#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
 namespace nsbox {
@@ -29,6 +28,27 @@ std::string utc_timestamp() {
   return buf;
 }
 
+json event_record(const char* event) {
+  json j;
+  j["time"] = utc_timestamp();
+  j["event"] = event;
+  return j;
+}
+
+json run_started_record(const AuditContext& ctx, const std::string& profile, const std::string& language) {
+  json j = event_record("run_started");
+  j["run_id"] = ctx.run_id;
+  j["tenant"] = ctx.tenant;
+  j["profile"] = profile;
+  j["profile_sha256"] = ctx.profile_sha256;
+  j["language"] = language;
+  j["api"] = ctx.api;
+  j["client"] = ctx.client;
+  j["code_sha256"] = ctx.code_sha256;
+  j["input_bytes"] = ctx.input_bytes;
+  return j;
+}
+
 json audit_record(const AuditContext& ctx, const json& r) {
   auto get = [&](const char* key) { return r.contains(key) ? r[key] : json(nullptr); };
   json usage = r.contains("usage") ? r["usage"] : json::object();
@@ -38,6 +58,7 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
   j["profile"] = get("profile");
+  j["profile_sha256"] = ctx.profile_sha256;
   j["language"] = get("language");
   j["api"] = ctx.api;
   j["client"] = ctx.client;
@@ -92,8 +113,8 @@ json refusal_record(const RefusalContext& ctx) {
   j["event"] = "refused";
   j["client"] = ctx.client;
   auto cut = [](const std::string& text) { return text.substr(0, kAuditFieldMax); };
-  j["method"] = cut(ctx.method);
-  j["path"] = cut(ctx.path);
+  j["method"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.method));  // none: cut before its head was read
+  j["path"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.path));
   j["tenant"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.tenant);
   j["status"] = ctx.status;
   j["reason"] = ctx.reason;
@@ -118,24 +139,27 @@ uint64_t RefusalBudget::take_suppressed() { return std::exchange(suppressed_, 0)
 
 AuditLog::AuditLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  // Created 0600 before spdlog opens it: the log names tenants and code hashes.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw std::runtime_error("audit_log " + path + ": " + std::strerror(errno));
-  ::close(fd);
-  try {
-    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
-    logger_ = std::make_shared<spdlog::logger>("audit", std::move(sink));
-  } catch (const spdlog::spdlog_ex& e) {
-    throw std::runtime_error("audit_log " + path + ": " + e.what());
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd_ < 0) throw std::runtime_error("audit_log " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd_, &st) != 0)
+    problem = std::strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    problem = "not a regular file";
+  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd_, 0600) != 0)
+    problem = std::string("chmod 0600: ") + std::strerror(errno);
+  if (!problem.empty()) {
+    ::close(fd_);
+    throw std::runtime_error("audit_log " + path + ": " + problem);
   }
-  logger_->set_pattern("%v");
-  logger_->set_level(spdlog::level::info);
-  logger_->flush_on(spdlog::level::info);
 }
 
 AuditLog::~AuditLog() {
   std::lock_guard<std::mutex> lock(mutex_);
   write_suppressed_locked();
+  if (lost_ > 0) append_locked("");  // one more try to say what was lost
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void AuditLog::write(const json& record) {
@@ -156,6 +180,16 @@ void AuditLog::write_suppressed() {
   write_suppressed_locked();
 }
 
+bool AuditLog::writable() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return fd_ < 0 || lost_ == 0 || append_locked("");
+}
+
+std::string AuditLog::failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lost_ == 0 ? std::string() : std::strerror(last_errno_);
+}
+
 void AuditLog::write_suppressed_locked() {
   const uint64_t count = refusals_.take_suppressed();
   if (count == 0) return;
@@ -167,8 +201,48 @@ void AuditLog::write_suppressed_locked() {
 }
 
 void AuditLog::write_locked(const json& record) {
-  if (!logger_) return;
-  logger_->info(record.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (fd_ < 0) return;
+  // ASCII only: a client's bidi or line-separator characters arrive escaped,
+  // so that no viewer of the file shows a record other than it is.
+  if (!append_locked(record.dump(-1, ' ', true, json::error_handler_t::replace) + "\n")) {
+    ++lost_;
+    ++lost_total_;
+  }
+}
+
+// Appends line (may be empty) in one write, after what a failure left to
+// say: the end of a cut line, and how many records were lost.
+bool AuditLog::append_locked(std::string line) {
+  std::string text = line_cut_ ? "\n" : "";
+  if (lost_ > 0) {
+    json j;
+    j["time"] = utc_timestamp();
+    j["event"] = "audit_records_lost";
+    j["count"] = lost_;
+    j["error"] = std::strerror(last_errno_);
+    text += j.dump() + "\n";
+  }
+  text += line;
+  if (text.empty()) return true;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const int err = n < 0 ? errno : ENOSPC;
+    if (lost_ == 0)
+      spdlog::error("audit log {}: {}: records are lost until it can be written", path_, std::strerror(err));
+    last_errno_ = err;
+    if (done > 0) line_cut_ = text[done - 1] != '\n';
+    return false;
+  }
+  if (lost_ > 0) spdlog::warn("audit log {}: written again after {} records were lost", path_, lost_);
+  line_cut_ = false;
+  lost_ = 0;
+  return true;
 }
 
 }  // namespace nsbox

@@ -113,11 +113,15 @@ std::string Metrics::render(const Gauges& g) const {
          "Time from starting a warm sandbox to its being ready, summed.",
          static_cast<double>(g.pool.refill_ms_total) / 1000);
   single(out, "nsbox_pool_retired_total", "counter", "Idle warm sandboxes dropped (reload, shutdown).", g.pool.retired);
+  single(out, "nsbox_audit_records_lost_total", "counter",
+         "Audit records the audit log's file would not take (a full disk); runs are refused while it fails.",
+         g.audit_records_lost);
   single(out, "nsbox_oom_kills_total", "counter", "Runs killed for exceeding their memory limit.", oom_kills_);
   single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.", timeouts_);
   family(out, "nsbox_rejected_requests_total", "counter", "Requests refused before any sandbox, by reason.");
-  for (const char* reason : {"overload", "tenant_limit", "unauthorized", "forbidden", "too_large", "head_too_large",
-                             "timeout", "bad_request", "shutting_down", "client_closed"}) {
+  for (const char* reason :
+       {"overload", "tenant_limit", "unauthorized", "forbidden", "too_large", "head_too_large", "timeout",
+        "bad_request", "not_found", "shutting_down", "client_closed", "audit_unavailable", "internal_error"}) {
     auto it = rejected_.find(reason);
     out << "nsbox_rejected_requests_total{reason=\"" << reason << "\"} " << (it == rejected_.end() ? 0 : it->second)
         << "\n";

@@ -486,6 +486,10 @@ class Node {
     std::lock_guard<std::mutex> lock(state_mutex_);
     return audit_;
   }
+  uint64_t audit_records_lost() const {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    return audit_lost_before_ + audit_->records_lost();
+  }
 
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
@@ -498,6 +502,7 @@ class Node {
               const TenantConfig* tenant = nullptr) const;
   void audit_refusal(const httplib::Request& req, const TenantConfig* tenant, int status, const char* reason,
                      const std::string& message) const;
+  void refused_by_the_listener(const char* reason, int status, int fd) const;
   Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
                                   const TenantConfig*& tenant) const;
   ArrivalWatch::Screened screen_head(std::string_view head, int fd, size_t li);
@@ -507,18 +512,19 @@ class Node {
                    size_t listener_index, bool native);
   void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, const NodeConfig& cfg,
                   const TenantConfig& tenant, size_t listener_index, bool native);
-  void finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
-                  const JobResult& result, double seconds, const char* killed_by) const;
+  void finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& job, const JobResult& result, double seconds,
+                  const char* killed_by) const;
   const char* who_killed(const JobResult& result, int client) const;
   void reload();
   void configure_pool(const NodeConfig& c) const;
-  void drain();
+  void drain(const char* cause);
 
   NodeOptions options_;
   mutable std::mutex state_mutex_;
   std::shared_ptr<const NodeConfig> config_;
   const std::shared_ptr<const NodeConfig> started_;  // what the servers were made with
   std::shared_ptr<AuditLog> audit_;
+  uint64_t audit_lost_before_ = 0;  // by the logs a reload replaced
   const Spawner& spawner_;
   Admission admission_;
   TenantShares tenant_shares_;
@@ -574,6 +580,22 @@ void Node::audit_refusal(const httplib::Request& req, const TenantConfig* tenant
   ctx.status = status;
   ctx.reason = reason;
   ctx.message = message;
+  audit()->refused(refusal_record(ctx));
+}
+
+// A connection the arrival watch answered itself, before any head the
+// node could read: counted, and written to the audit log by what it was
+// told (no method or path is known).
+void Node::refused_by_the_listener(const char* reason, int status, int fd) const {
+  metrics_.rejected(reason);
+  RefusalContext ctx;
+  ctx.client = peer_host(fd);
+  ctx.status = status;
+  ctx.reason = reason;
+  ctx.message = status == 429   ? kOverloadMessage
+                : status == 431 ? "request headers too large"
+                : status == 408 ? "request timeout: the request did not arrive within limits.request_timeout"
+                                : "malformed request head";
   audit()->refused(refusal_record(ctx));
 }
 
@@ -665,15 +687,22 @@ const char* Node::who_killed(const JobResult& result, int client) const {
   return nullptr;
 }
 
-void Node::finish_run(const std::string& api, const TenantConfig& tenant, const httplib::Request& req, const Job& job,
-                      const JobResult& result, double seconds, const char* killed_by) const {
+// Who ran what, for the audit log's records of a run.
+AuditContext audit_context(const std::string& api, const TenantConfig& tenant, const httplib::Request& req,
+                           const Job& job) {
   AuditContext ctx;
   ctx.run_id = job.run_id;
   ctx.tenant = tenant.name;
   ctx.api = api;
   ctx.client = req.remote_addr;
   ctx.code_sha256 = sha256_hex(job.request.exec.code);
+  ctx.profile_sha256 = sha256_hex(job.profile_yaml);
   ctx.input_bytes = job.request.exec.inputs.dump().size();
+  return ctx;
+}
+
+void Node::finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& job, const JobResult& result,
+                      double seconds, const char* killed_by) const {
   ctx.duration_s = seconds;
   ctx.killed_by = killed_by;
   json record = audit_record(ctx, result);
@@ -756,8 +785,17 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     }
     return reject(req, res, "bad_request", 400, decoded.error, tenant);
   }
-  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
+  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos) {
+    // The platform's answer to empty code, a 200; still a request not run.
+    metrics_.rejected("bad_request");
+    audit_refusal(req, tenant, 200, "bad_request", "No code provided.");
     return reply(req, res, 200, error_body("No code provided."));
+  }
+  // No run without its record: a log the disk no longer takes stops runs.
+  if (auto log = audit(); !log->writable())
+    return reject(req, res, "audit_unavailable", 503,
+                  "the node's audit log cannot be written (" + log->failure() + "): no run starts until it can",
+                  tenant);
   // Taken on the head (screen_head) unless the watch did not see it.
   std::optional<TenantShare> share;
   // (A reload between the head and here may have moved the token to
@@ -789,6 +827,8 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   const UniqueFd run_cancel = cancel_on_node_or_client(cancel_.get(), client);
   Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request)};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
+  const AuditContext ctx = audit_context(native ? "v1" : "run", *tenant, req, job);
+  audit()->write(run_started_record(ctx, job.profile_name, to_string(job.request.exec.language)));
   const auto start = Clock::now();
   JobResult result;
   try {
@@ -800,7 +840,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
                   {"error_type", "sandbox"}};
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  finish_run(native ? "v1" : "run", *tenant, req, job, result, seconds, who_killed(result, client));
+  finish_run(ctx, *tenant, job, result, seconds, who_killed(result, client));
   if (native) {
     const bool broken = result.value("error_type", json(nullptr)) == "sandbox";
     result["run_id"] = job.run_id;
@@ -817,7 +857,8 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   const ArrivalWatch::Limits arrival{.request_timeout = cfg->request_timeout, .idle_timeout = cfg->client_timeout};
   svr->new_task_queue = [this, threads, arrival, li] {
     return new BoundedTaskQueue(
-        threads, threads * kPendingPerThread, arrival, [this](const char* reason) { metrics_.rejected(reason); },
+        threads, threads * kPendingPerThread, arrival,
+        [this](const char* reason, int status, int fd) { refused_by_the_listener(reason, status, fd); },
         [this, li](std::string_view head, int fd) { return screen_head(head, fd, li); });
   };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
@@ -870,6 +911,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     if (res.status == 413) {        // a Content-Length past what the servers read
       return reject(req, res, "too_large", 413, too_large_message(body_limit_now(*config())));
     }
+    if (res.status == 404) return reject(req, res, "not_found", 404, status_message(404));
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
   svr->set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
@@ -881,9 +923,13 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     } catch (...) {
     }
     spdlog::error("{} {}: {}", req.method, req.path, what);
-    reply(req, res, 500, error_body("internal error: " + what));
+    reject(req, res, "internal_error", 500, "internal error: " + what);
   });
   svr->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    if (auto log = audit(); !log->writable()) {
+      json j{{"status", "degraded"}, {"reason", "the audit log cannot be written: " + log->failure()}};
+      return reply(req, res, 503, j.dump());
+    }
     reply(req, res, 200, "{\"status\": \"ok\"}");
   });
   svr->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -894,6 +940,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.queued = admission_.queued();
     g.max_running = cfg_now->max_concurrent;
     g.max_queued = cfg_now->queue_depth;
+    g.audit_records_lost = audit_records_lost();
     g.pool = {.idle = ps.idle.load(),
               .starting = ps.starting.load(),
               .idle_memory_bytes = ps.idle_memory_bytes.load(),
@@ -951,6 +998,23 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
 
 }  // namespace
 
+// What a config lets run, for the audit log: its source, and each tenant
+// with its profile and that profile's digest (a reload may change a
+// profile and keep its name).
+json config_record(const char* event, const NodeConfig& c) {
+  json j = event_record(event);
+  j["pid"] = ::getpid();
+  j["config"] = c.source;
+  json tenants = json::array();
+  for (const auto& t : c.tenants)
+    tenants.push_back({{"name", t.name}, {"profile", t.profile.name}, {"profile_sha256", sha256_hex(t.profile_yaml)}});
+  j["tenants"] = std::move(tenants);
+  json listeners = json::array();
+  for (const auto& l : c.listeners) listeners.push_back(l.address());
+  j["listeners"] = std::move(listeners);
+  return j;
+}
+
 void Node::configure_pool(const NodeConfig& c) const {
   try {
     spawner_.configure_pool(pool_entries(c), c.pool_memory);
@@ -990,26 +1054,49 @@ void Node::reload() {
     if (next->cgroup_parent != current->cgroup_parent)
       spdlog::warn("reload: cgroup_parent changed; it takes effect at the next restart");
     warn_of_server_settings_kept(*started_, *next);
+    // The audit trail has no gap a reload made: turning it off takes a restart.
+    if (!current->audit_log.empty() && next->audit_log.empty())
+      throw std::runtime_error(
+          "audit_log was removed; a reload does not stop the audit log (restart the node "
+          "without it to run unaudited)");
     auto audit_log = std::make_shared<AuditLog>(next->audit_log);  // reopened: rotation
+    if (next->audit_log != current->audit_log) {
+      json moved = event_record("audit_log_moved");
+      moved["to"] = next->audit_log;
+      audit()->write(moved);
+    }
     admission_.resize(next->max_concurrent, next->queue_depth);
     configure_pool(*next);  // sandboxes of changed profiles are retired
     spdlog::set_level(spdlog::level::from_str(next->log_level));
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
       config_ = next;
+      audit_lost_before_ += audit_->records_lost();
       audit_ = audit_log;
     }
+    json applied = config_record("reload", *next);
+    applied["outcome"] = "applied";
+    audit()->write(applied);
     spdlog::info("reloaded {}: {} tenants, max_concurrent {}, queue_depth {}", what, next->tenants.size(),
                  next->max_concurrent, next->queue_depth);
   } catch (const std::exception& e) {
     spdlog::error("reload of {} refused, the running config stays: {}", what, e.what());
+    json refused = event_record("reload");
+    refused["outcome"] = "refused";
+    refused["error"] = std::string(e.what()).substr(0, 1024);
+    audit()->write(refused);
   }
 }
 
-void Node::drain() {
+void Node::drain(const char* cause) {
   auto cfg = config();
   spdlog::info("stopping: no new runs; {} running get up to {}", admission_.running(),
                format_duration(cfg->grace_period));
+  json stopping = event_record("node_stopping");
+  stopping["cause"] = cause;
+  stopping["running"] = admission_.running();
+  stopping["queued"] = admission_.queued();
+  audit()->write(stopping);
   admission_.close();
   for (auto& s : servers_) s->stop();
   if (!admission_.wait_idle(Clock::now() + cfg->grace_period)) {
@@ -1018,6 +1105,7 @@ void Node::drain() {
     if (::write(cancel_.get(), &one, sizeof one) != sizeof one) spdlog::error("cancel runs: {}", std::strerror(errno));
   }
   for (auto& t : threads_) t.join();
+  audit()->write(event_record("node_stopped"));
 }
 
 int Node::serve(const sigset_t& signals) {
@@ -1058,6 +1146,8 @@ int Node::serve(const sigset_t& signals) {
   }
   spdlog::info("node ready: config {}, {} tenants, max_concurrent {}, queue_depth {}", cfg->source, cfg->tenants.size(),
                cfg->max_concurrent, cfg->queue_depth);
+  audit()->write(config_record("node_started", *cfg));
+  if (cfg->audit_log.empty()) spdlog::warn("no audit_log in the config: runs and refusals are not audited");
   notify_service_manager("READY=1\n" + serving_status(*cfg));
   for (;;) {
     siginfo_t info;
@@ -1075,10 +1165,10 @@ int Node::serve(const sigset_t& signals) {
       continue;
     }
     spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    notify_service_manager("STOPPING=1");
+    drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
     break;
   }
-  notify_service_manager("STOPPING=1");
-  drain();
   spdlog::info("stopped");
   return 0;
 }
@@ -1134,6 +1224,9 @@ int run_node(const NodeOptions& options) {
   // Blocked before any thread starts, so only sigwaitinfo sees them.
   ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  // Under a file size limit (LimitFSIZE=) the audit log's write fails, and
+  // runs stop, rather than the node being killed mid-run.
+  ::signal(SIGXFSZ, SIG_IGN);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   Node node(options, std::move(config), spawner);
   return node.serve(signals);

@@ -77,19 +77,31 @@ std::string parse_request_line(std::string_view line, RequestHead& out) {
   return {};
 }
 
-std::string parse_header_line(std::string_view line, RequestHead& out) {
-  if (line.size() + 2 > kMaxHeaderLine)
-    return "header line " + quoted(line) + " is longer than " + std::to_string(kMaxHeaderLine) + " bytes";
-  if (line.front() == ' ' || line.front() == '\t')
-    return "malformed header line " + quoted(line) + ": a line folded onto the one before is not accepted";
+// A header line is named by its number and, when it has a well-formed name,
+// that name; never by its value, which may be a credential (the answer's
+// error goes to the audit log).
+std::string header_line_named(std::string_view line, size_t number) {
+  std::string out = "header line " + std::to_string(number);
   const size_t colon = line.find(':');
-  if (colon == std::string_view::npos) return "malformed header line " + quoted(line) + ": it has no colon";
+  if (colon != std::string_view::npos && is_token(line.substr(0, colon)))
+    out += " (" + quoted(line.substr(0, colon)) + ")";
+  return out;
+}
+
+std::string parse_header_line(std::string_view line, size_t number, RequestHead& out) {
+  if (line.size() + 2 > kMaxHeaderLine)
+    return header_line_named(line, number) + " is longer than " + std::to_string(kMaxHeaderLine) + " bytes";
+  if (line.front() == ' ' || line.front() == '\t')
+    return "malformed " + header_line_named(line, number) + ": a line folded onto the one before is not accepted";
+  const size_t colon = line.find(':');
+  if (colon == std::string_view::npos) return "malformed " + header_line_named(line, number) + ": it has no colon";
   const std::string_view name = line.substr(0, colon);
   if (!is_token(name))
-    return "malformed header line " + quoted(line) +
+    return "malformed " + header_line_named(line, number) +
            ": the name before the colon is empty or holds a blank or a byte a name may not hold";
   const std::string_view value = line.substr(colon + 1);
-  if (!is_field_value(value)) return "malformed header line " + quoted(line) + ": its value holds a control byte";
+  if (!is_field_value(value))
+    return "malformed " + header_line_named(line, number) + ": its value holds a control byte";
   out.headers.emplace_back(name, trim_blanks(value));
   return {};
 }
@@ -99,6 +111,7 @@ std::string parse_header_line(std::string_view line, RequestHead& out) {
 std::string parse_request_head(std::string_view head, RequestHead& out) {
   out = RequestHead{};
   bool request_line = true;
+  size_t number = 1;  // of the header line next, counted from the first after the request line
   for (size_t at = 0; at < head.size();) {
     const size_t lf = head.find('\n', at);
     if (lf == std::string_view::npos) return "the request head does not end in an empty line";
@@ -107,13 +120,15 @@ std::string parse_request_head(std::string_view head, RequestHead& out) {
     const std::string_view line = head.substr(at, lf - 1 - at);
     at = lf + 1;
     if (line.find('\r') != std::string_view::npos)
-      return "malformed request head: a bare CR inside the line " + quoted(line);
+      return "malformed request head: a bare CR inside " +
+             (request_line ? "the request line " + quoted(line) : header_line_named(line, number));
     if (line.empty()) {
       if (request_line) return "malformed request head: it starts with an empty line";
       return at == head.size() ? std::string() : "the request head goes on past its empty line";
     }
-    std::string error = request_line ? parse_request_line(line, out) : parse_header_line(line, out);
+    std::string error = request_line ? parse_request_line(line, out) : parse_header_line(line, number, out);
     if (!error.empty()) return error;
+    if (!request_line) ++number;
     request_line = false;
   }
   return "the request head does not end in an empty line";

@@ -1,9 +1,10 @@
 // The audit log: one JSON line per run, for security teams (who ran what,
 // under which profile, what it used, how it ended), and one per request the
-// node refused (who asked for what, and why not). Written with spdlog to a
-// file of its own; operational logs go elsewhere and carry the same run id.
+// node refused (who asked for what, and why not), in a file of its own;
+// operational logs go elsewhere (spdlog) and carry the same run id.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -13,10 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-namespace spdlog {
-class logger;
-}
-
 namespace nsbox {
 
 struct AuditContext {
@@ -25,14 +22,25 @@ struct AuditContext {
   std::string api;     // "run" (the platform's /run) or "v1" (/v1/runs)
   std::string client;  // the peer address
   std::string code_sha256;
-  uint64_t input_bytes = 0;  // the inputs object as JSON
-  double duration_s = 0;     // admission to result
+  std::string profile_sha256;  // of the profile as the run used it (a reload may change it, not its name)
+  uint64_t input_bytes = 0;    // the inputs object as JSON
+  double duration_s = 0;       // admission to result
   // Who ended a run the node stopped: "client_closed" (its client went
   // away), "node_stopping" (past the grace period), or null.
   const char* killed_by = nullptr;
 };
 
-// {"time", "event": "run", "run_id", "tenant", "profile", "language", "api", "client",
+// {"time", "event"}: the start of every record.
+nlohmann::ordered_json event_record(const char* event);
+
+// {"time", "event": "run_started", "run_id", "tenant", "profile",
+//  "profile_sha256", "language", "api", "client", "code_sha256",
+//  "input_bytes"}: written as the run is given its sandbox, so that a run
+//  the node does not live to finish is on record.
+nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::string& profile,
+                                          const std::string& language);
+
+// {"time", "event": "run", "run_id", "tenant", "profile", "profile_sha256", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
 //  "limits_hit", "warnings", "denied_syscalls", "network"} from the worker's
@@ -90,14 +98,21 @@ std::string utc_timestamp();
 
 class AuditLog {
  public:
-  // Opens (appends to) path, mode 0600; throws std::runtime_error naming the
-  // path. An empty path: records are dropped (no audit file configured).
+  // Opens (appends to) path, a regular file never reached through a
+  // symlink, and makes it 0600 (it names tenants and code hashes); throws
+  // std::runtime_error naming the path. An empty path: records are dropped
+  // (no audit file configured).
   explicit AuditLog(const std::string& path);
   ~AuditLog();
   AuditLog(const AuditLog&) = delete;
   AuditLog& operator=(const AuditLog&) = delete;
 
-  // Thread-safe; flushed per line so a crash loses nothing written.
+  // Thread-safe. Each record is one write(2) of its line, so a crash of the
+  // node loses nothing written and no two records share a line. A record
+  // the file would not take (a full disk) is counted as lost, and the next
+  // line that is written says how many were, in
+  // {"event": "audit_records_lost", "count", "error"}; a line cut short by
+  // the failure is ended first, so it cannot run into the next record.
   void write(const nlohmann::ordered_json& record);
   // A refusal line, within kRefusalLinesPerSecond; those past it are counted
   // and said in one {"event": "refusals_suppressed", "count"} line, written
@@ -107,16 +122,29 @@ class AuditLog {
   // Writes the refusals_suppressed line now, if any were counted: the node
   // calls it each second, so a flood that stops is not left unsaid.
   void write_suppressed();
+  // Whether records reach the file: true without a file, or when the last
+  // write did. After a failure, tries again to write the line that says
+  // what was lost (the node refuses runs until one gets through).
+  bool writable();
+  // Why the last write failed ("" when it did not).
+  std::string failure() const;
+  // Records not written, since the log was opened.
+  uint64_t records_lost() const { return lost_total_.load(); }
   const std::string& path() const { return path_; }
 
  private:
   void write_suppressed_locked();
   void write_locked(const nlohmann::ordered_json& record);
+  bool append_locked(std::string line);
 
   std::string path_;
-  std::shared_ptr<spdlog::logger> logger_;
-  std::mutex mutex_;
+  int fd_ = -1;
+  mutable std::mutex mutex_;
   RefusalBudget refusals_{kRefusalLinesPerSecond};
+  bool line_cut_ = false;  // the file ends inside a line a failed write began
+  uint64_t lost_ = 0;      // records not written since the last that was
+  int last_errno_ = 0;     // of the failure that lost them
+  std::atomic<uint64_t> lost_total_{0};
 };
 
 }  // namespace nsbox

@@ -675,16 +675,43 @@ TEST_F(NodeWithTenants, TokensSelectTheTenantAndUnknownOnesAre401) {
   EXPECT_EQ(json::parse(r->body)["tenant"], "acme");
 }
 
-TEST_F(NodeWithTenants, AuditLogHasOneLinePerRun) {
+// The audit log's records about requests: the node's own (start, reload,
+// stop) and each run's run_started line are left out.
+std::vector<json> audit_lines_of(const std::string& path) {
+  std::vector<json> out;
+  std::istringstream in(slurp(path));
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    const std::string event = j["event"];
+    if (event.rfind("node_", 0) != 0 && event != "reload" && event != "run_started") out.push_back(std::move(j));
+  }
+  return out;
+}
+
+TEST_F(NodeWithTenants, AuditLogHasOneLinePerRunAfterItsStart) {
   const std::string code = "def main(args):\n    return len(args.params['s'])";
   auto r = post(node_.client(), "/run", request(code, {{"s", "abc"}}),
                 {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
   const std::string audit = slurp(node_.dir() + "/audit.log");
-  ASSERT_EQ(std::count(audit.begin(), audit.end(), '\n'), 1) << audit;
-  auto line = json::parse(audit);
+  const std::vector<json> lines = audit_lines_of(node_.dir() + "/audit.log");
+  ASSERT_EQ(lines.size(), 1u) << audit;
+  const json& line = lines[0];
+  EXPECT_EQ(line["event"], "run");
   EXPECT_EQ(line["run_id"], r->get_header_value("X-Nsbox-Run-Id"));
+  // Its start is on record before it: a run the node does not live to
+  // finish is not missing from the log.
+  std::istringstream all(audit);
+  std::vector<json> every;
+  for (std::string l; std::getline(all, l);) every.push_back(json::parse(l));
+  ASSERT_EQ(every.size(), 3u) << audit;
+  EXPECT_EQ(every[0]["event"], "node_started");
+  EXPECT_EQ(every[1]["event"], "run_started");
+  EXPECT_EQ(every[1]["run_id"], line["run_id"]);
+  EXPECT_EQ(every[1]["code_sha256"], sha256_hex(code));
+  EXPECT_EQ(every[1]["profile_sha256"], line["profile_sha256"]);
+  EXPECT_EQ(line["profile_sha256"].get<std::string>().size(), 64u);
   EXPECT_EQ(line["tenant"], "acme");
   EXPECT_EQ(line["profile"], "default");
   EXPECT_EQ(line["language"], "python");
@@ -700,13 +727,6 @@ TEST_F(NodeWithTenants, AuditLogHasOneLinePerRun) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_NE(node_.log().find("run " + line["run_id"].get<std::string>()), std::string::npos)
       << "the operational log names the run id";
-}
-
-std::vector<json> audit_lines_of(const std::string& path) {
-  std::vector<json> out;
-  std::istringstream in(slurp(path));
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
 }
 
 TEST_F(NodeWithTenants, RefusedRequestsAreAuditedWithWhoAskedButNeverTheToken) {

@@ -1,8 +1,13 @@
 // The node's pure parts: config loading, request decoding, answer encoding,
 // admission, metrics and audit records. No sockets, no sandboxes.
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -345,6 +350,23 @@ TEST(ParseUntrustedJson, GivesTheDocumentOrWhyNotWithoutThrowing) {
   EXPECT_EQ(syntax.find("[json.exception"), std::string::npos) << syntax;
 }
 
+// The error is the answer's and the audit log's: it says where the
+// document broke, never the bytes it read there (an input may be
+// personal data).
+TEST(ParseUntrustedJson, AnErrorSaysWhereButNotWhatWasRead) {
+  for (const std::string& text : {std::string(R"({"x": "Jane Roe, MRN 5551234)") + '\x01' + "\"}",
+                                  std::string(R"({"x": "Jane Roe, MRN 5551234", "y": tru})"),
+                                  std::string(R"({"MRN 5551234" 1})"), std::string("[5551234e999]")}) {
+    const std::string error = parse_untrusted_json(text).error;
+    EXPECT_EQ(error.rfind("not valid JSON: ", 0), 0u) << error;
+    EXPECT_EQ(error.find("5551234"), std::string::npos) << error;
+  }
+  EXPECT_EQ(parse_untrusted_json(R"({"MRN 5551234" 1})").error,
+            "not valid JSON: parse error at line 1, column 16: syntax error while parsing object separator - "
+            "unexpected number literal; expected ':'");
+  EXPECT_EQ(parse_untrusted_json("[1e999]").error, "not valid JSON: number overflow");
+}
+
 TEST(DecodeRunRequest, UnsupportedLanguages) {
   auto d = decode_run_request(R"({"code": "x", "language": "ruby"})", std::nullopt);
   EXPECT_TRUE(d.unsupported_language);
@@ -503,6 +525,7 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
                    .api = "run",
                    .client = "127.0.0.1",
                    .code_sha256 = "abc",
+                   .profile_sha256 = "def",
                    .input_bytes = 12,
                    .duration_s = 0.0425};
   json result = json::parse(R"({"return": 1, "error": null, "status": "ok", "error_type": null,
@@ -514,6 +537,7 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["profile"], "default");
   EXPECT_EQ(r["language"], "python");
   EXPECT_EQ(r["code_sha256"], "abc");
+  EXPECT_EQ(r["profile_sha256"], "def");
   EXPECT_EQ(r["input_bytes"], 12);
   EXPECT_EQ(r["status"], "ok");
   EXPECT_EQ(r["exit_code"], 0);
@@ -606,6 +630,52 @@ TEST(Audit, AFloodOfRefusalsIsSaidInOneCountedLineBeforeTheNextLineAndAtClose) {
   size_t refused = 0;
   for (const auto& l : lines) refused += l["event"] == "refused";
   EXPECT_EQ(refused, 2 * kRefusalLinesPerSecond);
+}
+
+// A file that stops taking writes (here RLIMIT_FSIZE, as a full disk
+// would): each record it refuses is counted, a line it cut is ended, and
+// the first line written again says how many were lost and why.
+TEST(Audit, RecordsAFullFileRefusesAreCountedAndSaidOnceItTakesThemAgain) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("nsbox-audit-full-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(path);
+  const json record = {{"event", "run"}, {"pad", std::string(280, 'x')}};  // a 308-byte line
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit was{};
+    ::getrlimit(RLIMIT_FSIZE, &was);
+    rlimit small = was;
+    small.rlim_cur = 1000;  // three lines and a third
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(10);
+    AuditLog log(path);
+    for (int i = 0; i < 10; ++i) log.write(record);
+    if (log.writable()) ::_exit(11);
+    if (log.records_lost() != 7) ::_exit(12);
+    if (log.failure() != std::strerror(EFBIG)) ::_exit(13);
+    if (::setrlimit(RLIMIT_FSIZE, &was) != 0) ::_exit(14);
+    if (!log.writable()) ::_exit(15);
+    log.write(json{{"event", "after"}});
+    ::_exit(log.records_lost() == 7 && log.failure().empty() ? 0 : 16);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the step that failed, in the child";
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::filesystem::remove(path);
+  ASSERT_EQ(lines.size(), 6u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(json::parse(lines[i]), record);
+  const size_t line_size = record.dump().size() + 1;
+  EXPECT_EQ(lines[3], record.dump().substr(0, 1000 - 3 * line_size)) << "the line the limit cut, ended on its own";
+  const json lost = json::parse(lines[4]);
+  EXPECT_EQ(lost["event"], "audit_records_lost");
+  EXPECT_EQ(lost["count"], 7);
+  EXPECT_EQ(lost["error"], std::strerror(EFBIG));
+  EXPECT_EQ(json::parse(lines[5])["event"], "after");
 }
 
 TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {

@@ -1,0 +1,274 @@
+// The node's audit log as a security team reads it: the node's own life
+// (start, reloads, stop) on record, a run on record from its start, no
+// run while the log cannot be written, and refusals recorded without the
+// credentials or inputs a client sent.
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+#include "node_process.h"
+
+namespace nsbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+constexpr const char* kToken = "audit-token-0123456789abcdef";
+
+std::string tenants_config(const std::string& audit_log, const std::string& more_tenants = "") {
+  return std::string("tenants:\n  - {name: acme, token: ") + kToken + ", profile: default}\n" + more_tenants +
+         "limits: {max_concurrent: 1, queue_depth: 4, grace_period: 1s}\naudit_log: " + audit_log + "\n";
+}
+
+// Every line of the audit log, parsed; a line that is not JSON is kept as
+// a string.
+std::vector<json> records_of(const std::string& path) {
+  std::vector<json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception&) {
+      out.push_back(line);
+    }
+  }
+  return out;
+}
+
+std::vector<json> records_of(const std::string& path, const std::string& event) {
+  std::vector<json> out;
+  for (json& r : records_of(path))
+    if (r.is_object() && r["event"] == event) out.push_back(std::move(r));
+  return out;
+}
+
+// Until the log holds at least n records of event (10 s).
+std::vector<json> wait_for_records(const std::string& path, const std::string& event, size_t n) {
+  std::vector<json> found;
+  for (int i = 0; i < 500 && (found = records_of(path, event)).size() < n; ++i) std::this_thread::sleep_for(20ms);
+  return found;
+}
+
+httplib::Result run_as_acme(const NodeProcess& node, const std::string& code = "def main(args):\n    return 7") {
+  return post(node.client(), "/run", request(code), {{"Authorization", std::string("Bearer ") + kToken}});
+}
+
+TEST(NodeAudit, StartReloadsAndStopAreOnRecordAndAReloadCannotTurnTheLogOff) {
+  NodeProcess node(tenants_config("audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string path = node.dir() + "/audit.log";
+  const std::vector<json> started = wait_for_records(path, "node_started", 1);
+  ASSERT_EQ(started.size(), 1u) << slurp(path);
+  EXPECT_EQ(started[0]["pid"], node.pid());
+  EXPECT_EQ(started[0]["config"], node.config_path());
+  EXPECT_EQ(started[0]["listeners"], json::array({"127.0.0.1:" + std::to_string(node.port())}));
+  ASSERT_EQ(started[0]["tenants"].size(), 1u);
+  EXPECT_EQ(started[0]["tenants"][0]["name"], "acme");
+  EXPECT_EQ(started[0]["tenants"][0]["profile"], "default");
+  EXPECT_EQ(started[0]["tenants"][0]["profile_sha256"].get<std::string>().size(), 64u);
+
+  node.write_config(
+      tenants_config("audit.log", "  - {name: beta, token: beta-token-0123456789abcdef, profile: python}\n"));
+  ASSERT_EQ(::kill(node.pid(), SIGHUP), 0);
+  std::vector<json> reloads = wait_for_records(path, "reload", 1);
+  ASSERT_EQ(reloads.size(), 1u) << slurp(path);
+  EXPECT_EQ(reloads[0]["outcome"], "applied");
+  EXPECT_EQ(reloads[0]["tenants"].size(), 2u) << reloads[0];
+
+  node.write_config("tenants: [\n");
+  ASSERT_EQ(::kill(node.pid(), SIGHUP), 0);
+  reloads = wait_for_records(path, "reload", 2);
+  ASSERT_EQ(reloads.size(), 2u) << slurp(path);
+  EXPECT_EQ(reloads[1]["outcome"], "refused");
+  EXPECT_FALSE(reloads[1]["error"].get<std::string>().empty());
+
+  // Without audit_log the config is valid, but a reload may not stop the
+  // trail: refused, and the runs after it are still on record.
+  node.write_config("tenants:\n  - {name: acme, token: " + std::string(kToken) + ", profile: default}\n");
+  ASSERT_EQ(::kill(node.pid(), SIGHUP), 0);
+  reloads = wait_for_records(path, "reload", 3);
+  ASSERT_EQ(reloads.size(), 3u) << slurp(path);
+  EXPECT_EQ(reloads[2]["outcome"], "refused");
+  EXPECT_NE(reloads[2]["error"].get<std::string>().find("audit_log was removed"), std::string::npos) << reloads[2];
+  auto r = run_as_acme(node);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(wait_for_records(path, "run", 1).size(), 1u) << slurp(path);
+
+  EXPECT_EQ(node.stop(SIGTERM), 0) << node.log();
+  const std::vector<json> all = records_of(path);
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_EQ(all[all.size() - 2]["event"], "node_stopping");
+  EXPECT_EQ(all[all.size() - 2]["cause"], "SIGTERM");
+  EXPECT_EQ(all.back()["event"], "node_stopped");
+}
+
+// A node killed mid-run cannot write the run's record; its start is there.
+TEST(NodeAudit, ARunTheNodeDoesNotLiveToFinishIsOnRecord) {
+  NodeProcess node(tenants_config("audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  std::thread client([&] { (void)run_as_acme(node, "import time\ndef main(args):\n    time.sleep(60)"); });
+  ASSERT_TRUE(node.wait_running(1)) << node.log();
+  const std::string path = node.dir() + "/audit.log";
+  const std::vector<json> started = wait_for_records(path, "run_started", 1);
+  const std::vector<pid_t> spawner = children_of(node.pid());
+  ::kill(node.pid(), SIGKILL);
+  node.wait_exit();
+  client.join();
+  // The spawner tears the run down once the node is gone; then the test's
+  // directory is free to remove.
+  for (int i = 0; i < 1500 && !spawner.empty() && ::kill(spawner[0], 0) == 0; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(started.size(), 1u) << slurp(path);
+  EXPECT_EQ(started[0]["tenant"], "acme");
+  EXPECT_EQ(started[0]["language"], "python");
+  EXPECT_EQ(started[0]["code_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(started[0]["run_id"].get<std::string>().size(), 32u);
+  EXPECT_TRUE(records_of(path, "run").empty()) << slurp(path);
+}
+
+// A tmpfs mounted for as long as it lives.
+class SmallFilesystem {
+ public:
+  SmallFilesystem(const std::string& dir, const char* size) : dir_(dir) {
+    ok_ = ::mkdir(dir.c_str(), 0700) == 0 &&
+          ::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, (std::string("size=") + size).c_str()) == 0;
+  }
+  ~SmallFilesystem() {
+    if (ok_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  SmallFilesystem(const SmallFilesystem&) = delete;
+  SmallFilesystem& operator=(const SmallFilesystem&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  std::string dir_;
+  bool ok_ = false;
+};
+
+// Writes a file until the filesystem has no room left.
+void fill(const std::string& file) {
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr) << std::strerror(errno);
+  const std::string block(4096, 'f');
+  while (std::fwrite(block.data(), 1, block.size(), f) == block.size() && std::fflush(f) == 0) {
+  }
+  std::fclose(f);
+}
+
+// No run without its record: with its disk full the node refuses runs and
+// says why on /health and in its metrics; with room again, the log says
+// how many records were lost and runs go on.
+TEST(NodeAudit, AFullDiskStopsRunsUntilTheLogTakesRecordsAgain) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  TempDir scratch;
+  const std::string logs = scratch.path() + "/logs";
+  SmallFilesystem small(logs, "64k");
+  ASSERT_TRUE(small.ok()) << std::strerror(errno);
+  NodeProcess node(tenants_config(logs + "/audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  fill(logs + "/filler");
+  // What the log's last page still holds is written; then a record is lost
+  // and the next run is refused.
+  int refused_after = -1;
+  std::string refusal;
+  for (int i = 0; i < 40 && refused_after < 0; ++i) {
+    auto r = run_as_acme(node);
+    ASSERT_TRUE(r);
+    if (r->status == 503) {
+      refused_after = i;
+      refusal = r->body;
+    } else {
+      ASSERT_EQ(r->status, 200) << r->body;
+    }
+  }
+  ASSERT_GE(refused_after, 0) << "runs went on with the audit log's disk full";
+  EXPECT_NE(refusal.find("audit log cannot be written (No space left on device)"), std::string::npos) << refusal;
+  auto health = node.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_NE(health->body.find("No space left on device"), std::string::npos) << health->body;
+  EXPECT_GE(metric(node, "nsbox_audit_records_lost_total"), 1);
+  EXPECT_GE(metric(node, "nsbox_rejected_requests_total{reason=\"audit_unavailable\"}"), 1);
+
+  ASSERT_EQ(::unlink((logs + "/filler").c_str()), 0);
+  health = node.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  auto r = run_as_acme(node);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(node.stop(SIGTERM), 0) << node.log();
+
+  const std::vector<json> records = records_of(logs + "/audit.log");
+  size_t not_json = 0;
+  for (const json& record : records) not_json += record.is_string();
+  EXPECT_LE(not_json, 1u) << "at most the one line the full disk cut";
+  const std::vector<json> lost = records_of(logs + "/audit.log", "audit_records_lost");
+  ASSERT_EQ(lost.size(), 1u) << slurp(logs + "/audit.log");
+  EXPECT_GE(lost[0]["count"].get<int>(), 1);
+  EXPECT_EQ(lost[0]["error"], "No space left on device");
+  const std::vector<json> runs = records_of(logs + "/audit.log", "run");
+  ASSERT_FALSE(runs.empty());
+  EXPECT_EQ(runs.back()["run_id"], r->get_header_value("X-Nsbox-Run-Id")) << "the run after the disk had room";
+}
+
+// What the listener refuses before the node reads a head is on record too;
+// no refusal writes a token or a run's inputs, whatever the client sent.
+TEST(NodeAudit, RefusalsAreOnRecordWithoutTheCredentialsOrInputsSent) {
+  NodeProcess node(tenants_config("audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  auto send_raw = [&](const std::string& text) {
+    const int s = connect_loopback(node.port());
+    if (s < 0) return std::string();
+    (void)::send(s, text.data(), text.size(), MSG_NOSIGNAL);
+    timeval tv{10, 0};
+    ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string answer = read_answer(s);
+    ::close(s);
+    return answer.substr(0, answer.find("\r\n"));
+  };
+  EXPECT_EQ(send_raw("GET /health HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(send_raw("GET /health HTTP/1.1\r\nX: " + std::string(40000, 'a') + "\r\n\r\n"),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(send_raw("GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 404 Not Found");
+  EXPECT_EQ(send_raw(std::string("POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") + kToken +
+                     "\x01\r\nContent-Length: 2\r\n\r\n{}"),
+            "HTTP/1.1 400 Bad Request");
+  const std::string body =
+      R"({"code": "def main(a): return 1", "inputs": {"x": "MRN 5551234)" + std::string("\x01") + "\"}}";
+  auto r = post(node.client(), "/run", body, {{"Authorization", std::string("Bearer ") + kToken}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+
+  const std::string path = node.dir() + "/audit.log";
+  const std::vector<json> refused = wait_for_records(path, "refused", 5);
+  ASSERT_EQ(refused.size(), 5u) << slurp(path);
+  EXPECT_EQ(refused[0]["status"], 400);
+  EXPECT_TRUE(refused[0]["method"].is_null()) << "cut before its head was read";
+  EXPECT_EQ(refused[0]["client"], "127.0.0.1");
+  EXPECT_EQ(refused[1]["status"], 431);
+  EXPECT_EQ(refused[2]["status"], 404);
+  EXPECT_EQ(refused[2]["path"], "/etc/passwd");
+  EXPECT_EQ(refused[3]["status"], 400);
+  EXPECT_EQ(refused[4]["status"], 400);
+  EXPECT_EQ(refused[4]["tenant"], "acme");
+  const std::string text = slurp(path);
+  EXPECT_EQ(text.find("0123456789abcdef"), std::string::npos) << "a token in the log:\n" << text;
+  EXPECT_EQ(text.find("5551234"), std::string::npos) << "a run's input in the log:\n" << text;
+}
+
+}  // namespace
+}  // namespace nsbox::testing
