@@ -208,7 +208,7 @@ bool received_within_framing(int fd, const void* data, size_t size) {
   Reading* r = t_reading;
   if (!r || r->served != fd || r->framing.over()) return true;
   r->framing.feed(static_cast<const char*>(data), size);
-  return !(r->chunked && r->framing.too_long());
+  return !(r->chunked && (r->framing.too_long() || r->framing.malformed()));
 }
 
 void guard_chunked_framing() {
@@ -218,6 +218,11 @@ void guard_chunked_framing() {
 bool chunked_framing_too_long() {
   const Reading* r = t_reading;
   return r && r->chunked && r->framing.too_long();
+}
+
+const char* chunked_framing_malformed() {
+  const Reading* r = t_reading;
+  return r && r->chunked ? r->framing.malformed() : nullptr;
 }
 
 bool held_since_the_head(const std::string& holder) {

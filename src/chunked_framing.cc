@@ -1,6 +1,7 @@
 #include "nsbox/chunked_framing.h"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -61,12 +62,32 @@ size_t ChunkedFraming::take_line(const char* data, size_t size) {
   return used;
 }
 
+namespace {
+
+// RFC 9112's chunk-size line: 1 to 16 hex digits, then CRLF, or chunk
+// extensions after a ';' (with blanks before it).
+bool strict_size_line(const std::string& line) {
+  size_t digits = 0;
+  while (digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]))) ++digits;
+  if (digits == 0 || digits > 16 || line.size() < digits + 2 || line.compare(line.size() - 2, 2, "\r\n") != 0)
+    return false;
+  const size_t after = line.find_first_not_of(" \t", digits);
+  return line[digits] == '\r' ? line.size() == digits + 2 : line[after] == ';';
+}
+
+}  // namespace
+
 // What cpp-httplib's read_content_chunked does with a whole line, as a C
-// string (an embedded NUL ends it there as well).
+// string (an embedded NUL ends it there as well); framing it reads
+// leniently is noted as malformed, and still followed as it reads it.
 void ChunkedFraming::line_ended() {
   const char* line = line_.c_str();
   switch (state_) {
     case State::kSizeLine: {
+      if (!strict_size_line(line_) && !malformed_)
+        malformed_ =
+            "malformed chunked body: a chunk size line must be 1 to 16 hex digits (no sign, prefix or blank before "
+            "them) and end in CRLF";
       char* end = nullptr;
       const unsigned long size = std::strtoul(line, &end, 16);
       if (end == line || size == ULONG_MAX) {
@@ -80,17 +101,20 @@ void ChunkedFraming::line_ended() {
       break;
     }
     case State::kDataEnd:
-      // Anything but CRLF ends the body there, taken as whole.
+      // cpp-httplib takes anything but CRLF for the end of a whole body.
       if (std::strcmp(line, "\r\n") == 0) {
         state_ = State::kSizeLine;
       } else {
+        if (!malformed_) malformed_ = "malformed chunked body: a chunk's data must be followed by CRLF";
         accepted_ = true;
         state_ = State::kOver;
       }
       break;
     default:  // kLastLine: the body's last line, which must be CRLF
-      accepted_ = std::strcmp(line, "\r\n") == 0;
+      accepted_ = line_ == "\r\n";
       state_ = State::kOver;
+      if (!accepted_ && !malformed_)
+        malformed_ = "malformed chunked body: trailer fields are not accepted; the last chunk must be followed by CRLF";
       break;
   }
   line_.clear();

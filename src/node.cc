@@ -753,6 +753,7 @@ void Node::handle_post(const httplib::Request& req, httplib::Response& res, cons
   });
   if (!request_arrived()) return;
   if (chunked_framing_too_long()) return reject(req, res, "bad_request", 400, framing_too_long_message(), tenant);
+  if (const char* why = chunked_framing_malformed()) return reject(req, res, "bad_request", 400, why, tenant);
   if (seen > limit) return reject(req, res, "too_large", 413, too_large_message(limit), tenant);
   if (!complete) {
     // The client went away or stalled mid-body: what arrived is not the
@@ -882,7 +883,10 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     // Before any of a chunked body is read (header_refusal lets through
     // no coding but chunked).
     if (req.has_header("Transfer-Encoding")) guard_chunked_framing();
-    const Refusal refusal = header_refusal(req, body_limit_now(*config()), false);
+    Refusal refusal = header_refusal(req, body_limit_now(*config()), false);
+    // What of the body came with the head has been read already, and bad
+    // framing in it would have cpp-httplib wait for bytes never sent.
+    if (const char* why = chunked_framing_malformed(); why && !refusal.status) refusal = {400, "bad_request", why};
     if (!refusal.status) return httplib::Server::HandlerResponse::Unhandled;
     refuse(req, res, refusal);
     return httplib::Server::HandlerResponse::Handled;

@@ -66,6 +66,9 @@ void guard_chunked_framing();
 
 // On a request thread: the body was cut at a framing line past kMaxFramingLine.
 bool chunked_framing_too_long();
+// On a request thread: why the body's chunked framing is refused (cut when
+// it is, or found once cpp-httplib took the body), or null.
+const char* chunked_framing_malformed();
 
 class ArrivalWatch {
  public:

@@ -27,6 +27,11 @@ class ChunkedFraming {
 
   // A framing line passed kMaxFramingLine: the body is to be refused.
   bool too_long() const { return state_ == State::kTooLong; }
+  // Framing cpp-httplib reads leniently and a proxy in front may read
+  // otherwise (a size as 0x1f, -5 or " 1f"; bytes other than CRLF after a
+  // chunk's data; trailer fields): why the body is to be refused, or null.
+  // The bytes are still followed as cpp-httplib reads them.
+  const char* malformed() const { return malformed_; }
   // cpp-httplib has nothing more to read of this body (its end, or framing
   // it fails on itself).
   bool over() const { return state_ == State::kOver; }
@@ -47,6 +52,7 @@ class ChunkedFraming {
   uint64_t data_left_ = 0;
   uint64_t data_bytes_ = 0;
   bool accepted_ = false;
+  const char* malformed_ = nullptr;
   std::string line_;
 };
 

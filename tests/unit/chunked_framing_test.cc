@@ -45,6 +45,26 @@ TEST(ChunkedFraming, ASoundBodyEndsWithoutComplaint) {
   EXPECT_TRUE(v.over);
 }
 
+// What cpp-httplib reads leniently, and a proxy in front may read another
+// way, is named as malformed; sound framing, extensions included, is not.
+TEST(ChunkedFraming, FramingReadLenientlyIsMalformed) {
+  auto malformed = [](const std::string& body) {
+    ChunkedFraming f;
+    const std::string bytes = kHead + body;
+    f.feed(bytes.data(), bytes.size());
+    return f.malformed() != nullptr;
+  };
+  for (const std::string bad : {"0x5\r\nhello\r\n0\r\n\r\n", " 5\r\nhello\r\n0\r\n\r\n", "+5\r\nhello\r\n0\r\n\r\n",
+                                "-5\r\nhello", "5x\r\nhello\r\n0\r\n\r\n", "5\nhello\r\n0\r\n\r\n",
+                                "5 \r\nhello\r\n0\r\n\r\n", "00000000000000005\r\nhello\r\n0\r\n\r\n",
+                                "5\r\nhelloXY\r\n0\r\n\r\n", "5\r\nhello\r\n0\r\nTrailer: x\r\n\r\n"})
+    EXPECT_TRUE(malformed(bad)) << ::testing::PrintToString(bad);
+  for (const std::string good :
+       {"5\r\nhello\r\n0\r\n\r\n", "5;a=1\r\nhello\r\n0;b\r\n\r\n", "5 ;a=\"x y\"\r\nhello\r\n0\r\n\r\n",
+        "A\r\n0123456789\r\n0\r\n\r\n", "0000000000000005\r\nhello\r\n0\r\n\r\n"})
+    EXPECT_FALSE(malformed(good)) << ::testing::PrintToString(good);
+}
+
 TEST(ChunkedFraming, ChunkDataIsNotALineHoweverLong) {
   // A megabyte without a line end, inside a chunk: data, not framing.
   const Verdict v = fed(kHead + "100000\r\n" + std::string(0x100000, 'a') + "\r\n0\r\n\r\n");
