@@ -930,6 +930,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     reject(req, res, "internal_error", 500, "internal error: " + what);
   });
   svr->Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!spawner_.alive()) return reply(req, res, 503, R"({"status": "down", "reason": "the spawner has died"})");
     if (auto log = audit(); !log->writable()) {
       json j{{"status", "degraded"}, {"reason", "the audit log cannot be written: " + log->failure()}};
       return reply(req, res, 503, j.dump());
@@ -1157,6 +1158,14 @@ int Node::serve(const sigset_t& signals) {
     siginfo_t info;
     const timespec one_second{1, 0};
     int sig = ::sigtimedwait(&signals, &info, &one_second);
+    if (!spawner_.alive()) {
+      // Every run would fail from now on: stopped, so that the service
+      // manager starts the node again, rather than serving errors.
+      spdlog::critical("the spawner (pid {}) has died: no run can start; stopping", spawner_.pid());
+      notify_service_manager("STOPPING=1");
+      drain("spawner_died");
+      return 1;
+    }
     if (sig < 0) {
       audit()->write_suppressed();  // a flood of refusals that stopped is said within a second or two
       continue;

@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "nsbox/cgroup.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
 #include "nsbox/fork_server.h"
@@ -27,6 +28,7 @@
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
 #include "nsbox/units.h"
+#include "nsbox/workspace.h"
 
 namespace nsbox {
 namespace {
@@ -563,12 +565,29 @@ void ignore_terminal_signals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);
 }
 
-void reap(std::set<pid_t>& workers, WarmPool& pool) {
+// Reaps the workers that ended; true when one was killed (SIGKILL, the
+// OOM killer) and so could not remove what its run held.
+bool reap(std::set<pid_t>& workers, WarmPool& pool) {
   int status;
   pid_t pid;
+  bool killed = false;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
     workers.erase(pid);
     pool.forget(pid);
+    killed = killed || WIFSIGNALED(status);
+  }
+  return killed;
+}
+
+// What a killed worker held (its run's cgroups, its workspace and tmpfs)
+// goes now, not at the node's next start: it is named after the worker,
+// which is gone.
+void remove_what_killed_workers_held(const Launcher& launcher) {
+  try {
+    const int removed = remove_stale_run_cgroups(launcher.cgroup_host()) + remove_stale_workspaces();
+    if (removed > 0) spdlog::warn("spawner: removed {} cgroups and workspaces of killed workers", removed);
+  } catch (const std::exception& e) {
+    spdlog::error("spawner: removing what killed workers held: {}", e.what());
   }
 }
 
@@ -637,7 +656,7 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
       signalfd_siginfo info;
       while (::read(sfd.get(), &info, sizeof info) > 0) {
       }
-      reap(workers, pool);
+      if (reap(workers, pool)) remove_what_killed_workers_held(*launcher);
     }
     pool.on_events(fds);
     if (fds[1].revents) {
@@ -681,6 +700,7 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
       workers.insert(started.begin(), started.end());
     }
   }
+  remove_what_killed_workers_held(*launcher);
   ::_exit(0);
 }
 
@@ -726,6 +746,14 @@ Spawner::~Spawner() {
   int status;
   while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+}
+
+bool Spawner::alive() const {
+  if (pid_ <= 0) return false;
+  siginfo_t info{};
+  // WNOWAIT: looked at, not reaped (the destructor reaps it).
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == EINTR;
+  return info.si_pid == 0;
 }
 
 JobResult Spawner::run(const Job& job, int cancel_fd) const {

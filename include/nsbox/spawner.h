@@ -69,6 +69,9 @@ class Spawner {
   const PoolStats& pool_stats() const { return *stats_; }
 
   pid_t pid() const { return pid_; }
+  // Thread-safe. False once the spawner has exited (killed, say): no run
+  // can start any more.
+  bool alive() const;
 
  private:
   Spawner(pid_t pid, UniqueFd control, std::shared_ptr<PoolStats> stats)

@@ -139,6 +139,26 @@ TEST(NodeAudit, ARunTheNodeDoesNotLiveToFinishIsOnRecord) {
   EXPECT_TRUE(records_of(path, "run").empty()) << slurp(path);
 }
 
+// Without its spawner no run can start: the node says so on /health and
+// stops with exit 1 (for the service manager to start it again) rather
+// than answer every run with an error.
+TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
+  NodeProcess node(tenants_config("audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  pid_t spawner = -1;
+  for (pid_t child : children_of(node.pid()))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
+  ASSERT_GT(spawner, 0) << "no nsbox-spawner among the node's children";
+  ASSERT_EQ(::kill(spawner, SIGKILL), 0);
+  EXPECT_EQ(node.wait_exit(), 1) << node.log();
+  EXPECT_NE(node.log().find("the spawner (pid " + std::to_string(spawner) + ") has died"), std::string::npos)
+      << node.log();
+  const std::vector<json> stopping = records_of(node.dir() + "/audit.log", "node_stopping");
+  ASSERT_EQ(stopping.size(), 1u) << slurp(node.dir() + "/audit.log");
+  EXPECT_EQ(stopping[0]["cause"], "spawner_died");
+  EXPECT_EQ(records_of(node.dir() + "/audit.log").back()["event"], "node_stopped");
+}
+
 // A tmpfs mounted for as long as it lives.
 class SmallFilesystem {
  public:
