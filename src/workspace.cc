@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -51,28 +53,86 @@ std::string in_temp_base(const std::string& name) {
   return (base == "/" ? "" : base) + "/" + name;
 }
 
-// Removes everything below dir_fd without following symlinks, then the
-// directory `name` in parent_fd.
-void remove_tree_at(int parent_fd, const std::string& name, int depth = 0) {
-  int fd = ::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0 && depth < 64) {
-    if (DIR* dir = ::fdopendir(fd)) {
-      std::vector<std::pair<std::string, bool>> entries;
-      while (dirent* e = ::readdir(dir)) {
-        std::string n = e->d_name;
-        if (n == "." || n == "..") continue;
-        entries.emplace_back(n, e->d_type == DT_DIR);
-      }
-      for (const auto& [n, is_dir] : entries) {
-        if (is_dir) {
-          remove_tree_at(::dirfd(dir), n, depth + 1);
-        } else {
-          ::unlinkat(::dirfd(dir), n.c_str(), 0);
-        }
-      }
-      ::closedir(dir);
-    } else {
-      ::close(fd);
+// The directory name in parent_fd, opened without following a symlink.
+// Not as root (a workspace of plain directories), a directory the run made
+// unreadable or unwritable (chmod 0500) is made the owner's again first.
+UniqueFd open_to_remove(int parent_fd, const std::string& name) {
+  constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  UniqueFd fd(::openat(parent_fd, name.c_str(), kFlags));
+  if (::geteuid() == 0) return fd;
+  if (!fd && errno == EACCES) {
+    UniqueFd path(::openat(parent_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    // The directory itself, through its descriptor: no name to swap.
+    if (path && ::chmod(("/proc/self/fd/" + std::to_string(path.get())).c_str(), 0700) == 0)
+      fd.reset(::openat(parent_fd, name.c_str(), kFlags));
+  }
+  if (fd) ::fchmod(fd.get(), 0700);
+  return fd;
+}
+
+// Deeper than this, a directory is moved up into the tree's top to be
+// removed from there: removal holds at most this many descriptors and
+// frames however deep a run nested its directories.
+constexpr int kRemovalDepth = 32;
+
+// Names each entry of dir (not . or ..) with whether it is a directory.
+std::vector<std::pair<std::string, bool>> entries_of(int dir_fd) {
+  std::vector<std::pair<std::string, bool>> out;
+  UniqueFd listed(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
+  DIR* dir = listed ? ::fdopendir(listed.get()) : nullptr;
+  if (!dir) return out;
+  (void)listed.release();  // the DIR owns it now
+  ::rewinddir(dir);
+  while (dirent* e = ::readdir(dir)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    bool is_dir = e->d_type == DT_DIR;
+    struct stat st {};
+    if (e->d_type == DT_UNKNOWN && ::fstatat(::dirfd(dir), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      is_dir = S_ISDIR(st.st_mode);
+    out.emplace_back(std::move(n), is_dir);
+  }
+  ::closedir(dir);
+  return out;
+}
+
+// Empties and removes the directory name in parent_fd, at depth below the
+// tree's top top_fd; true when anything was removed or moved.
+bool remove_below(int top_fd, int parent_fd, const std::string& name, int depth) {
+  if (depth >= kRemovalDepth) {
+    static std::atomic<unsigned> moved{0};
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string up = ".nsbox-removing-" + std::to_string(++moved);
+      if (::renameat2(parent_fd, name.c_str(), top_fd, up.c_str(), RENAME_NOREPLACE) == 0) return true;
+      if (errno != EEXIST) break;
+    }
+    return false;
+  }
+  UniqueFd fd = open_to_remove(parent_fd, name);
+  bool progress = false;
+  if (fd) {
+    for (const auto& [n, is_dir] : entries_of(fd.get())) {
+      if (is_dir)
+        progress = remove_below(top_fd, fd.get(), n, depth + 1) || progress;
+      else
+        progress = ::unlinkat(fd.get(), n.c_str(), 0) == 0 || progress;
+    }
+  }
+  return ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0 || progress;
+}
+
+// Removes the directory name in parent_fd and everything in it, never
+// following a symlink, whatever the depth or modes the run left.
+void remove_tree_at(int parent_fd, const std::string& name) {
+  UniqueFd top = open_to_remove(parent_fd, name);
+  // What was too deep was moved up into top: go on while anything goes.
+  for (bool progress = true; top && progress;) {
+    progress = false;
+    for (const auto& [n, is_dir] : entries_of(top.get())) {
+      if (is_dir)
+        progress = remove_below(top.get(), top.get(), n, 1) || progress;
+      else
+        progress = ::unlinkat(top.get(), n.c_str(), 0) == 0 || progress;
     }
   }
   ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -147,6 +148,48 @@ TEST_F(Artifacts, NamesWithControlCharactersAreRefusedAndShownWithoutThem) {
   ASSERT_EQ(report.refused.size(), 2u);
   EXPECT_EQ(report.refused[0], "evil??[31mname: a name with control characters, not returned");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_ / "copy"), {}), 2) << "a.txt and sub/ only";
+}
+
+// Not as root a workspace is plain directories, and the run may nest them
+// as deep as it likes and make them unwritable or unsearchable: removing
+// it must still leave nothing (as root, a tmpfs goes with its unmount).
+TEST(WorkspaceRemoval, ReachesEveryDepthAndWhatTheRunMadeReadOnly) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "nsbox-ws-removal-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  const std::string tmpdir = pattern;
+  ASSERT_EQ(::chmod(tmpdir.c_str(), 0777), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::geteuid() == 0 && (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0))
+      ::_exit(10);
+    ::setenv("TMPDIR", tmpdir.c_str(), 1);
+    try {
+      Workspace ws(WorkspaceSpec{}, ::getuid(), ::getgid());
+      // What a run leaves: 300 nested directories with a file at the
+      // bottom, one made read-only with a file in it, one with no access.
+      UniqueFd at(::open(ws.host_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      for (int i = 0; i < 300 && at; ++i) {
+        if (::mkdirat(at.get(), "d", 0755) != 0) ::_exit(11);
+        at.reset(::openat(at.get(), "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      }
+      if (!at || ::close(::openat(at.get(), "bottom", O_WRONLY | O_CREAT | O_CLOEXEC, 0600)) != 0) ::_exit(12);
+      const std::string ro = ws.host_path() + "/out/ro", closed = ws.host_path() + "/out/closed";
+      if (::mkdir(ro.c_str(), 0755) != 0 || ::close(::open((ro + "/f").c_str(), O_WRONLY | O_CREAT, 0600)) != 0 ||
+          ::chmod(ro.c_str(), 0500) != 0 || ::mkdir(closed.c_str(), 0755) != 0 ||
+          ::mkdir((closed + "/inner").c_str(), 0755) != 0 || ::chmod(closed.c_str(), 0) != 0)
+        ::_exit(13);
+    } catch (const std::exception&) {
+      ::_exit(14);
+    }
+    ::_exit(std::filesystem::is_empty(tmpdir) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::error_code ignored;
+  std::filesystem::remove_all(tmpdir, ignored);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: something of the workspace was left; more: the step that failed";
 }
 
 }  // namespace
