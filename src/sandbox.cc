@@ -792,6 +792,12 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     if (spec.workspace) {
       st->workspace.emplace(*spec.workspace, host_ids_.uid, host_ids_.gid);
       spec.binds.insert(spec.binds.begin(), {st->workspace->host_path(), spec.workspace->inside_path, false, false});
+      // The cap is a limit like the cgroup's: strict refuses a run without it.
+      if (!st->workspace->size_capped() && !spec.limits.best_effort)
+        throw SysError("workspace",
+                       "the run's workspace cannot be capped in size and files (a tmpfs workspace needs root); set "
+                       "limits.enforcement: best-effort (or --best-effort) to run with an uncapped one",
+                       ENOTSUP);
       if (!st->workspace->size_capped())
         result.warnings.push_back("workspace size not capped (a tmpfs workspace needs root)");
     }

@@ -276,6 +276,45 @@ TEST(Isolation, UnprivilegedCallerGetsItsOwnUid) {
   EXPECT_NE(map.find("65534      65534          1"), std::string::npos) << map;
 }
 
+// Run by an ordinary user, nsbox cannot cap the workspace (a tmpfs needs
+// root): like a cgroup limit it cannot apply, a strict run is refused for
+// it, and best-effort runs with a warning.
+TEST(Isolation, AnUnprivilegedStrictRunIsRefusedForItsUncappedWorkspace) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switches to another user";
+  TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0777), 0);
+  auto run_as_nobody = [&](bool best_effort, std::string& err) {
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) return -1;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(pipe_fds[1], 2);
+      if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 ||
+          ::setresuid(65534, 65534, 65534) != 0)
+        ::_exit(99);
+      ::setenv("TMPDIR", tmp.path().c_str(), 1);
+      const std::string root = test_rootfs();
+      if (best_effort)
+        ::execl(NSBOX_BINARY, "nsbox", "run", "--best-effort", "--rootfs", root.c_str(), "--", "true",
+                static_cast<char*>(nullptr));
+      else
+        ::execl(NSBOX_BINARY, "nsbox", "run", "--rootfs", root.c_str(), "--", "true", static_cast<char*>(nullptr));
+      ::_exit(98);
+    }
+    ::close(pipe_fds[1]);
+    char buf[4096];
+    for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+    ::close(pipe_fds[0]);
+    return wait_cli(pid);
+  };
+  std::string strict_err, lenient_err;
+  EXPECT_NE(run_as_nobody(false, strict_err), 0);
+  EXPECT_NE(strict_err.find("workspace cannot be capped"), std::string::npos) << strict_err;
+  EXPECT_NE(strict_err.find("best-effort"), std::string::npos) << strict_err;
+  EXPECT_EQ(run_as_nobody(true, lenient_err), 0) << lenient_err;
+  EXPECT_NE(lenient_err.find("workspace size not capped"), std::string::npos) << lenient_err;
+}
+
 }  // namespace
 }  // namespace nsbox::testing
 
