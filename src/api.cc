@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nsbox/profile.h"
 
 namespace nsbox {
 namespace {
@@ -159,8 +164,26 @@ ParsedJson parse_untrusted_json(std::string_view text) {
   } else if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
     parsed.error = "not valid JSON: a NUL byte at offset " + std::to_string(nul);
   } else {
+    // A key twice in one object: nlohmann keeps the last, a gateway in
+    // front may check the first. Refused rather than read either way.
+    std::vector<std::set<std::string>> keys;  // of each object open
+    std::string twice;
+    auto note_keys = [&](int, json::parse_event_t event, json& parsed_value) {
+      if (event == json::parse_event_t::object_start) keys.emplace_back();
+      if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+      if (event == json::parse_event_t::key && !keys.empty() && twice.empty() &&
+          !keys.back().insert(parsed_value.get<std::string>()).second)
+        twice = parsed_value.get<std::string>();
+      return true;
+    };
     try {
-      parsed.value = json::parse(text.begin(), text.end());
+      parsed.value = json::parse(text.begin(), text.end(), note_keys);
+      if (!twice.empty()) {
+        parsed.value = nullptr;
+        parsed.error = "ambiguous: the key " +
+                       json(twice.substr(0, 100)).dump(-1, ' ', false, json::error_handler_t::replace) +
+                       " appears twice in one object";
+      }
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
       parsed.error = "not valid JSON: " + parse_error_message(e.what());
     }
@@ -226,12 +249,14 @@ DecodedRequest decode_run_request(std::string_view body, std::optional<Language>
       return d;
     }
     double seconds = t.get<double>();
-    if (!std::isfinite(seconds) || seconds <= 0 || seconds > kMaxTimeoutSeconds) {
-      d.error = "\"timeout\" must be more than 0 and at most 86400 seconds";
+    // Below nsbox's lowest limit a wall-clock limit does not hold (the
+    // CLI's --timeout and profiles are held to it too).
+    if (!std::isfinite(seconds) || seconds * 1000 < static_cast<double>(kMinLimitTime.count()) ||
+        seconds > kMaxTimeoutSeconds) {
+      d.error = "\"timeout\" must be at least 0.01 and at most 86400 seconds";
       return d;
     }
-    // At least a millisecond, so a tiny timeout never means "none".
-    r.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+    r.timeout = std::chrono::milliseconds(std::llround(seconds * 1000));
   }
   d.request = std::move(r);
   return d;

@@ -213,8 +213,10 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
   }
   RunOverrides overrides;
   if (opt.timeout_sec > 0) {  // the validator refused 0, negatives and nan
-    overrides.wall_time =
-        std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(std::llround(opt.timeout_sec * 1000))));
+    // Past a year it is past any profile's wall_time; clamped there, as
+    // llround past int64 is undefined.
+    const double ms = std::min(opt.timeout_sec * 1000, 365.0 * 24 * 3600 * 1000);
+    overrides.wall_time = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(ms)));
   }
   if (!opt.memory.empty()) overrides.memory = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
   if (!opt.cpu_time.empty())
@@ -275,20 +277,30 @@ int run_command(const RunOptions& opt) {
   return result.exit_code;
 }
 
-std::string read_all(std::istream& in) {
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// What exec reads for --code and --inputs-file: /dev/zero or an endless
+// pipe would otherwise fill the memory.
+constexpr size_t kMaxExecInput = 64ull << 20;
+
+std::string read_all(std::istream& in, const std::string& flag, const std::string& path) {
+  std::string out;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    out.append(buf, static_cast<size_t>(in.gcount()));
+    if (out.size() > kMaxExecInput)
+      throw UsageError(flag + ": " + (path == "-" ? "standard input" : path) + " holds more than " +
+                       format_size(kMaxExecInput));
+  }
+  return out;
 }
 
 std::string read_input_file(const std::string& flag, const std::string& path) {
-  if (path == "-") return read_all(std::cin);
+  if (path == "-") return read_all(std::cin, flag, path);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))  // it would open, and read as empty
     throw UsageError(flag + ": cannot read " + path + ": " + std::strerror(EISDIR));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(flag + ": cannot read " + path + ": " + std::strerror(errno));
-  return read_all(in);
+  return read_all(in, flag, path);
 }
 
 int exec_command(const ExecOptions& opt) {

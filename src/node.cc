@@ -667,7 +667,8 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
   }
   const std::string value = req.get_header_value("Authorization");
   constexpr std::string_view kBearer = "Bearer ";
-  if (value.compare(0, kBearer.size(), kBearer) != 0) {
+  // The scheme's case does not matter (RFC 9110); clients send "bearer" too.
+  if (value.size() < kBearer.size() || ::strncasecmp(value.data(), kBearer.data(), kBearer.size()) != 0) {
     why = "unauthorized: only Authorization: Bearer <token> is accepted";
     return nullptr;
   }

@@ -190,6 +190,13 @@ TEST(ExecCli, BadLanguageAndInputsAreUsageErrors) {
   r = run_cli({"exec", "--lang", "python", "--code", "/tmp", "--inputs", "{}"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--code: cannot read /tmp: Is a directory"), std::string::npos) << r.err;
+  // An endless file is read only so far: once it was read until memory ran out.
+  r = run_cli({"exec", "--lang", "python", "--code", "/dev/zero"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--code: /dev/zero holds more than 64MiB"), std::string::npos) << r.err;
+  r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs-file", "/dev/zero"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--inputs-file: /dev/zero holds more than 64MiB"), std::string::npos) << r.err;
 }
 
 TEST(Cli, AnUnknownCommandIsNamedWithTheCommandsThereAre) {

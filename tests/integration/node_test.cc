@@ -125,7 +125,7 @@ TEST_F(Node, MalformedRequestsAre400WithWhatIsWrong) {
       {R"({"code": 5})", "\"code\" must be a string"},
       {R"({"code": "def main(a): return 1", "inputs": [1]})", "\"inputs\" must be a JSON object"},
       {R"({"code": "def main(a): return 1", "timeout": "5"})", "\"timeout\" must be a number of seconds"},
-      {R"({"code": "def main(a): return 1", "timeout": -1})", "\"timeout\" must be more than 0"},
+      {R"({"code": "def main(a): return 1", "timeout": -1})", "\"timeout\" must be at least 0.01"},
       {R"({"code": "def main(a): return 1", "language": 7})", "\"language\" must be a string"},
   };
   for (const auto& tc : cases) {
@@ -690,6 +690,13 @@ TEST_F(NodeWithTenants, TokensSelectTheTenantAndUnknownOnesAre401) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(r->body)["tenant"], "acme");
+  // The scheme in any case (RFC 9110); the token exactly.
+  r = post(c, "/v1/runs", body, {{"Authorization", "bEARER acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = post(c, "/v1/runs", body, {{"Authorization", "Bearer ACME-token-0123456789abcdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
 }
 
 // The audit log's records about requests: the node's own (start, reload,

@@ -238,8 +238,10 @@ TEST(DecodeRunRequest, RefusalsNameTheField) {
       {R"({"code": ["x"]})", "\"code\" must be a string"},
       {R"({"code": "x", "inputs": "a=1"})", "\"inputs\" must be a JSON object"},
       {R"({"code": "x", "timeout": true})", "\"timeout\" must be a number of seconds"},
-      {R"({"code": "x", "timeout": 0})", "\"timeout\" must be more than 0 and at most 86400 seconds"},
-      {R"({"code": "x", "timeout": 1e300})", "\"timeout\" must be more than 0"},
+      {R"({"code": "x", "timeout": 0})", "\"timeout\" must be at least 0.01 and at most 86400 seconds"},
+      {R"({"code": "x", "timeout": 0.001})", "\"timeout\" must be at least 0.01 and at most 86400 seconds"},
+      {R"({"code": "x", "timeout": 1e-300})", "\"timeout\" must be at least 0.01 and at most 86400 seconds"},
+      {R"({"code": "x", "timeout": 1e300})", "\"timeout\" must be at least 0.01"},
       {R"({"code": "x", "language": null, "inputs": {}, "timeout": 1, "extra": 1})", ""},
   };
   for (const auto& [body, error] : cases) {
@@ -348,6 +350,20 @@ TEST(ParseUntrustedJson, GivesTheDocumentOrWhyNotWithoutThrowing) {
   const std::string syntax = parse_untrusted_json("{").error;
   EXPECT_EQ(syntax.rfind("not valid JSON: ", 0), 0u) << syntax;
   EXPECT_EQ(syntax.find("[json.exception"), std::string::npos) << syntax;
+}
+
+// A key twice in one object is read as the last by nlohmann and maybe as
+// the first by a gateway in front: refused, at any depth.
+TEST(ParseUntrustedJson, AKeyTwiceInOneObjectIsRefused) {
+  EXPECT_EQ(parse_untrusted_json(R"({"code": "x", "code": 5})").error,
+            "ambiguous: the key \"code\" appears twice in one object");
+  EXPECT_EQ(parse_untrusted_json(R"({"inputs": {"a": {"b": 1, "b": 2}}})").error,
+            "ambiguous: the key \"b\" appears twice in one object");
+  EXPECT_EQ(parse_untrusted_json(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [{"x": 1}, {"x": 2}]})").error, "")
+      << "the same key in different objects is fine";
+  const DecodedRequest d =
+      decode_run_request(R"j({"code": "def main(a): return 1", "code": "print(1)"})j", std::nullopt);
+  EXPECT_EQ(d.error, "request body is ambiguous: the key \"code\" appears twice in one object");
 }
 
 // The error is the answer's and the audit log's: it says where the
