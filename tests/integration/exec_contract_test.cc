@@ -233,7 +233,7 @@ TEST(ExecCli, InputsWithANumberTooLargeForADoubleAreRefusedNotACrash) {
   CliResult r = run_cli({"exec", "--lang", "python", "--code", "/dev/null", "--inputs", "{\"a\": 1e999}"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--inputs: not valid JSON: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("1e999"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("number overflow"), std::string::npos) << r.err;
 }
 
 }  // namespace
