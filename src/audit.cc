@@ -75,6 +75,28 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["peak_memory_bytes"] = usage.value("peak_memory_bytes", json(nullptr));
   j["limits_hit"] = r.contains("limits_hit") ? r["limits_hit"] : json::array();
   j["warnings"] = r.contains("warnings") ? r["warnings"] : json::array();
+  j["limits"] = get("limits");
+  // What left the sandbox, by size and digest (never content): its return
+  // value, its output and its artifacts.
+  j["return_bytes"] = r.contains("return")
+                          ? json(r["return"].dump(-1, ' ', false, json::error_handler_t::replace).size())
+                          : json(nullptr);
+  for (const char* stream : {"stdout", "stderr"}) {
+    const std::string name(stream);
+    j[name + "_bytes"] = r.contains(stream) && r[stream].is_string()
+                             ? json(r[stream].get_ref<const std::string&>().size())
+                             : json(nullptr);
+    j[name + "_truncated"] = r.value(name + "_truncated", false);
+  }
+  json artifacts = json::array();
+  if (r.contains("artifacts") && r["artifacts"].is_array())
+    for (const auto& a : r["artifacts"])
+      artifacts.push_back({{"name", a.value("name", json(nullptr))},
+                           {"size", a.value("size", json(nullptr))},
+                           {"sha256", a.value("sha256", json(nullptr))}});
+  j["artifacts"] = std::move(artifacts);
+  j["artifacts_refused"] =
+      r.contains("artifacts_refused") && r["artifacts_refused"].is_array() ? r["artifacts_refused"].size() : 0;
   // What the code tried and the filter refused: the first sign of an attack.
   j["denied_syscalls"] = r.contains("denied_syscalls") ? r["denied_syscalls"] : json::object();
   json network = r.contains("network") ? r["network"] : json(nullptr);

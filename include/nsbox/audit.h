@@ -43,8 +43,10 @@ nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::st
 // {"time", "event": "run", "run_id", "tenant", "profile", "profile_sha256", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
-//  "limits_hit", "warnings", "denied_syscalls", "network"} from the worker's
-//  result; network is null or the egress totals.
+//  "limits_hit", "warnings", "limits", "return_bytes", "stdout_bytes",
+//  "stdout_truncated", "stderr_bytes", "stderr_truncated", "artifacts" (name,
+//  size, sha256 each), "artifacts_refused" (a count), "denied_syscalls",
+//  "network"} from the worker's result; network is null or the egress totals.
 nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ordered_json& result);
 
 // One line per connection the run's egress proxy decided: {"time", "event":

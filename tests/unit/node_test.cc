@@ -546,8 +546,21 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
                    .duration_s = 0.0425};
   json result = json::parse(R"({"return": 1, "error": null, "status": "ok", "error_type": null,
     "usage": {"wall_ms": 40, "cpu_ms": 30, "peak_memory_bytes": 4096}, "limits_hit": ["output"],
-    "warnings": [], "profile": "default", "language": "python", "exit_code": 0, "signal": null})");
+    "warnings": [], "profile": "default", "language": "python", "exit_code": 0, "signal": null,
+    "stdout": "hello\n", "stderr": "", "stdout_truncated": false, "stderr_truncated": true,
+    "limits": {"wall_ms": 30000, "cpu_ms": 30000, "memory_bytes": 536870912, "pids": 128},
+    "artifacts": [{"name": "out.csv", "size": 3, "sha256": "ab", "content_base64": "eHl6"}],
+    "artifacts_refused": ["big.bin: over the byte cap, not returned"]})");
   json r = audit_record(ctx, result);
+  // What left the sandbox, by size and digest, never its content.
+  EXPECT_EQ(r["return_bytes"], 1);
+  EXPECT_EQ(r["stdout_bytes"], 6);
+  EXPECT_EQ(r["stderr_truncated"], true);
+  EXPECT_EQ(r["limits"]["memory_bytes"], 536870912);
+  EXPECT_EQ(r["artifacts"], json::parse(R"([{"name": "out.csv", "size": 3, "sha256": "ab"}])"));
+  EXPECT_EQ(r["artifacts_refused"], 1);
+  EXPECT_EQ(r.dump().find("eHl6"), std::string::npos) << "no artifact content";
+  EXPECT_EQ(r.dump().find("hello"), std::string::npos) << "no output";
   EXPECT_EQ(r["run_id"], "r1");
   EXPECT_EQ(r["tenant"], "acme");
   EXPECT_EQ(r["profile"], "default");
