@@ -144,20 +144,29 @@ json refusal_record(const RefusalContext& ctx) {
   return j;
 }
 
-bool RefusalBudget::take(Clock::time_point now) {
+bool RefusalBudget::take(Clock::time_point now, const std::string& client, const std::string& reason) {
   if (now - window_start_ >= std::chrono::seconds(1)) {
     window_start_ = now;
     used_ = 0;
+    used_by_client_.clear();
   }
-  if (used_ < per_second_) {
+  const auto mine = used_by_client_.find(client);
+  const unsigned used_by_client = mine == used_by_client_.end() ? 0 : mine->second;
+  if (used_ < per_second_ && used_by_client < per_client_) {
     ++used_;
+    ++used_by_client_[client];
     return true;
   }
-  ++suppressed_;
+  ++suppressed_.count;
+  ++suppressed_.by_reason[reason];
+  if (suppressed_.by_client.count(client) || suppressed_.by_client.size() < kSuppressedClientsNamed)
+    ++suppressed_.by_client[client];
+  else
+    ++suppressed_.other_clients;
   return false;
 }
 
-uint64_t RefusalBudget::take_suppressed() { return std::exchange(suppressed_, 0); }
+RefusalBudget::Suppressed RefusalBudget::take_suppressed() { return std::exchange(suppressed_, Suppressed{}); }
 
 AuditLog::AuditLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
@@ -192,7 +201,7 @@ void AuditLog::write(const json& record) {
 
 void AuditLog::refused(const json& record, RefusalBudget::Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!refusals_.take(now)) return;
+  if (!refusals_.take(now, record.value("client", ""), record.value("reason", ""))) return;
   write_suppressed_locked();
   write_locked(record);
 }
@@ -213,12 +222,13 @@ std::string AuditLog::failure() const {
 }
 
 void AuditLog::write_suppressed_locked() {
-  const uint64_t count = refusals_.take_suppressed();
-  if (count == 0) return;
-  json j;
-  j["time"] = utc_timestamp();
-  j["event"] = "refusals_suppressed";
-  j["count"] = count;
+  const RefusalBudget::Suppressed suppressed = refusals_.take_suppressed();
+  if (suppressed.count == 0) return;
+  json j = event_record("refusals_suppressed");
+  j["count"] = suppressed.count;
+  j["by_reason"] = suppressed.by_reason;
+  j["by_client"] = suppressed.by_client;
+  j["other_clients"] = suppressed.other_clients;
   write_locked(j);
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,25 +75,39 @@ nlohmann::ordered_json refusal_record(const RefusalContext& ctx);
 inline constexpr size_t kAuditFieldMax = 256;
 
 // How many refusal lines one second of the audit log may hold: anyone who
-// reaches a listener can be refused, and must not be able to fill the disk.
+// reaches a listener can be refused, and must not be able to fill the disk;
+// and of those how many one client may take, so that one client's flood
+// leaves room for the others' refusals.
 inline constexpr unsigned kRefusalLinesPerSecond = 20;
+inline constexpr unsigned kRefusalLinesPerClientPerSecond = 5;
+// Clients named in one refusals_suppressed line; the rest are counted.
+inline constexpr size_t kSuppressedClientsNamed = 32;
 
-// A fixed one-second window of refusal lines; those past its budget are
-// counted, not written.
+// A fixed one-second window of refusal lines; those past its budget, or
+// past their client's share of it, are counted by reason and client.
 class RefusalBudget {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit RefusalBudget(unsigned per_second) : per_second_(per_second) {}
-  // True when a refusal at now may be written; otherwise it is counted.
-  bool take(Clock::time_point now);
+  RefusalBudget(unsigned per_second, unsigned per_client) : per_second_(per_second), per_client_(per_client) {}
+  // True when a refusal of client at now may be written; otherwise it is
+  // counted under its reason and client.
+  bool take(Clock::time_point now, const std::string& client = "", const std::string& reason = "");
+  struct Suppressed {
+    uint64_t count = 0;
+    std::map<std::string, uint64_t> by_reason;
+    std::map<std::string, uint64_t> by_client;  // at most kSuppressedClientsNamed
+    uint64_t other_clients = 0;                 // refusals of clients past those
+  };
   // The refusals counted since the last call; the count starts again at 0.
-  uint64_t take_suppressed();
+  Suppressed take_suppressed();
 
  private:
   unsigned per_second_;
+  unsigned per_client_;
   Clock::time_point window_start_{};
   unsigned used_ = 0;
-  uint64_t suppressed_ = 0;
+  std::map<std::string, unsigned> used_by_client_;  // this window's, at most per_second_ clients
+  Suppressed suppressed_;
 };
 
 // "2026-11-30T06:24:01.123Z"
@@ -116,9 +131,11 @@ class AuditLog {
   // {"event": "audit_records_lost", "count", "error"}; a line cut short by
   // the failure is ended first, so it cannot run into the next record.
   void write(const nlohmann::ordered_json& record);
-  // A refusal line, within kRefusalLinesPerSecond; those past it are counted
-  // and said in one {"event": "refusals_suppressed", "count"} line, written
-  // before the next line of any kind or when the log is closed.
+  // A refusal line, within kRefusalLinesPerSecond and its client's
+  // kRefusalLinesPerClientPerSecond; those past them are counted and said
+  // in one {"event": "refusals_suppressed", "count", "by_reason",
+  // "by_client", "other_clients"} line, written before the next line of
+  // any kind or when the log is closed.
   void refused(const nlohmann::ordered_json& record,
                RefusalBudget::Clock::time_point now = RefusalBudget::Clock::now());
   // Writes the refusals_suppressed line now, if any were counted: the node
@@ -142,7 +159,7 @@ class AuditLog {
   std::string path_;
   int fd_ = -1;
   mutable std::mutex mutex_;
-  RefusalBudget refusals_{kRefusalLinesPerSecond};
+  RefusalBudget refusals_{kRefusalLinesPerSecond, kRefusalLinesPerClientPerSecond};
   bool line_cut_ = false;  // the file ends inside a line a failed write began
   uint64_t lost_ = 0;      // records not written since the last that was
   int last_errno_ = 0;     // of the failure that lost them

@@ -807,6 +807,11 @@ TEST_F(NodeWithTenants, AFloodOfRefusalsIsCountedInTheAuditLogNotWrittenLineByLi
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_EQ(written + counted, static_cast<uint64_t>(kRequests)) << "every refusal is written or counted";
+  for (const json& line : audit_lines_of(path)) {
+    if (line["event"] != "refusals_suppressed") continue;
+    EXPECT_EQ(line["by_reason"], json({{"unauthorized", line["count"]}})) << line;
+    EXPECT_EQ(line["by_client"], json({{"127.0.0.1", line["count"]}})) << line;
+  }
   EXPECT_LT(written, static_cast<uint64_t>(kRequests)) << "at most 20 lines a second";
   EXPECT_GT(counted, 0u);
 }

@@ -601,20 +601,45 @@ TEST(Audit, ARefusalRecordNamesWhoAskedForWhatAndWhyButNoHeaderValue) {
 
 TEST(Audit, RefusalsPastTheBudgetOfASecondAreCountedNotWritten) {
   using namespace std::chrono_literals;
-  RefusalBudget budget(3);
+  RefusalBudget budget(3, 3);
   const auto t0 = RefusalBudget::Clock::now();
   EXPECT_TRUE(budget.take(t0));
   EXPECT_TRUE(budget.take(t0 + 100ms));
   EXPECT_TRUE(budget.take(t0 + 999ms));
   EXPECT_FALSE(budget.take(t0 + 999ms));
   EXPECT_FALSE(budget.take(t0 + 999ms));
-  EXPECT_EQ(budget.take_suppressed(), 2u);
-  EXPECT_EQ(budget.take_suppressed(), 0u) << "the count starts again";
+  EXPECT_EQ(budget.take_suppressed().count, 2u);
+  EXPECT_EQ(budget.take_suppressed().count, 0u) << "the count starts again";
   EXPECT_TRUE(budget.take(t0 + 1000ms)) << "a new second, a new budget";
   EXPECT_TRUE(budget.take(t0 + 1500ms));
   EXPECT_TRUE(budget.take(t0 + 1999ms));
   EXPECT_FALSE(budget.take(t0 + 1999ms));
-  EXPECT_EQ(budget.take_suppressed(), 1u);
+  EXPECT_EQ(budget.take_suppressed().count, 1u);
+}
+
+// One client flooding the log takes its share of a second, not all of it:
+// another client's refusal that second is still written, and what is not
+// written is counted by reason and by client.
+TEST(Audit, OneClientTakesAtMostItsShareOfASecondsRefusalLines) {
+  RefusalBudget budget(4, 2);
+  const auto t0 = RefusalBudget::Clock::now();
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "unauthorized"));
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "unauthorized"));
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(budget.take(t0, "10.0.0.1", "unauthorized"));
+  EXPECT_TRUE(budget.take(t0, "10.0.0.2", "forbidden")) << "another client's refusal is written";
+  EXPECT_TRUE(budget.take(t0, "10.0.0.3", "unauthorized"));
+  EXPECT_FALSE(budget.take(t0, "10.0.0.4", "too_large")) << "the second's budget is spent";
+  const RefusalBudget::Suppressed s = budget.take_suppressed();
+  EXPECT_EQ(s.count, 6u);
+  EXPECT_EQ(s.by_reason, (std::map<std::string, uint64_t>{{"unauthorized", 5}, {"too_large", 1}}));
+  EXPECT_EQ(s.by_client, (std::map<std::string, uint64_t>{{"10.0.0.1", 5}, {"10.0.0.4", 1}}));
+  EXPECT_EQ(s.other_clients, 0u);
+  // Past kSuppressedClientsNamed clients, the rest are counted together.
+  RefusalBudget none(0, 0);
+  for (size_t i = 0; i < kSuppressedClientsNamed + 3; ++i) none.take(t0, "c" + std::to_string(i), "unauthorized");
+  const RefusalBudget::Suppressed many = none.take_suppressed();
+  EXPECT_EQ(many.by_client.size(), kSuppressedClientsNamed);
+  EXPECT_EQ(many.other_clients, 3u);
 }
 
 std::vector<json> audit_lines(const std::string& path) {
@@ -639,12 +664,17 @@ TEST(Audit, AFloodOfRefusalsIsSaidInOneCountedLineBeforeTheNextLineAndAtClose) {
                      .message = "unauthorized: unknown token"};
   {
     AuditLog log(path);
-    for (unsigned i = 0; i < kRefusalLinesPerSecond + 5; ++i) log.refused(refusal_record(ctx), t0);
+    // Each from a client of its own: one client gets only its share.
+    auto from = [&ctx](unsigned i) {
+      ctx.client = "10.0.0." + std::to_string(i);
+      return refusal_record(ctx);
+    };
+    for (unsigned i = 0; i < kRefusalLinesPerSecond + 5; ++i) log.refused(from(i), t0);
     log.write_suppressed();
     log.write_suppressed();  // nothing more to say
-    for (unsigned i = 0; i < kRefusalLinesPerSecond + 2; ++i) log.refused(refusal_record(ctx), t0 + 1s);
+    for (unsigned i = 0; i < kRefusalLinesPerSecond + 2; ++i) log.refused(from(i), t0 + 1s);
     log.write(json{{"event", "run"}});
-    for (unsigned i = 0; i < 7; ++i) log.refused(refusal_record(ctx), t0 + 1s);  // that second's budget is spent
+    for (unsigned i = 0; i < 7; ++i) log.refused(from(i), t0 + 1s);  // that second's budget is spent
   }
   const std::vector<json> lines = audit_lines(path);
   std::filesystem::remove(path);
