@@ -616,6 +616,22 @@ TEST_F(Node, AResultOverTheLimitIsNamedAsSuch) {
             "as JSON\"}");
 }
 
+// A run's result is the workload's to size, up to the 16 MiB limit. Each
+// request thread's memory arena used to keep its largest answer's pages:
+// 8 MiB results one after another took the node from 12 to 700 MB, for good.
+TEST_F(Node, LargeAnswersDoNotStayInTheNodesMemory) {
+  auto r = post(node_.client(), "/run", request("def main(args):\n    return 1"));
+  ASSERT_TRUE(r);
+  const long before_kib = std::stol(status_field(node_.pid(), "VmRSS"));
+  for (int i = 0; i < 4; ++i) {
+    r = post(node_.client(), "/run", request("def main(args):\n    return 'x' * (8 << 20)"));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->body.size(), (8u << 20) + 29) << r->body.substr(0, 200);
+  }
+  const long grown_mib = (std::stol(status_field(node_.pid(), "VmRSS")) - before_kib) / 1024;
+  EXPECT_LT(grown_mib, 64) << "the node kept " << grown_mib << " MiB after its answers were sent";
+}
+
 TEST_F(Node, MetricsCountRunsAndRejections) {
   auto c = node_.client();
   post(c, "/run", request("def main(args):\n    return 1"));
