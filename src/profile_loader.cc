@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "nsbox/run_spec.h"
 #include "nsbox/units.h"
 #include "profile_yaml.h"
 
@@ -304,7 +305,12 @@ void apply_env(const Field& f, Draft& d) {
   MapReader env(f);
   for (const auto& e : env.entries()) {
     profile_yaml::check_env_name(Field(f.file(), e.value.path(), e.key_node, e.key_node.Mark()), e.key);
-    d.p.env[e.key] = profile_yaml::env_value(e.value);
+    std::string value = profile_yaml::env_value(e.value);
+    if (e.key.size() + 1 + value.size() + 1 > kMaxEnvEntry)
+      e.value.fail(std::to_string(e.key.size() + 1 + value.size() + 1) +
+                   " bytes with its name; the kernel passes at most 128 KiB per variable, and every program of the "
+                   "run would fail to start");
+    d.p.env[e.key] = std::move(value);
   }
 }
 

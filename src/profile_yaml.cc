@@ -451,17 +451,7 @@ void check_env_name(const Field& key_field, const std::string& name) {
   if (!is_env_name(name)) {
     key_field.fail("\"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
   }
-  static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
-      {"LD_PRELOAD", "it would load a library into every program of the sandbox"},
-      {"LD_LIBRARY_PATH", "it would change which libraries every program of the sandbox loads"},
-      {"LD_AUDIT", "it would load an auditing library into every program of the sandbox"},
-  }};
-  for (const auto& [refused, why] : kRefused) {
-    if (name == refused) {
-      key_field.fail("not allowed: " + std::string(why) +
-                     ", the language runners included; put libraries into the rootfs instead");
-    }
-  }
+  if (const std::string why = env_name_refusal(name); !why.empty()) key_field.fail(why);
 }
 
 std::string env_value(const Field& value) {

@@ -1,6 +1,9 @@
 #include "nsbox/run_spec.h"
 
 #include <algorithm>
+#include <array>
+#include <string>
+#include <string_view>
 
 #include "nsbox/error.h"
 
@@ -25,6 +28,19 @@ bool is_env_name(std::string_view name) {
   });
 }
 
+std::string env_name_refusal(std::string_view name) {
+  static const std::array<std::pair<std::string_view, std::string_view>, 3> kRefused{{
+      {"LD_PRELOAD", "it would load a library into every program of the sandbox"},
+      {"LD_LIBRARY_PATH", "it would change which libraries every program of the sandbox loads"},
+      {"LD_AUDIT", "it would load an auditing library into every program of the sandbox"},
+  }};
+  for (const auto& [refused, why] : kRefused)
+    if (name == refused)
+      return "not allowed: " + std::string(why) +
+             ", the language runners included; put libraries into the rootfs instead";
+  return "";
+}
+
 std::pair<std::string, std::string> parse_env_assignment(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0) throw UsageError("--env expects KEY=VALUE, got '" + text + "'");
@@ -32,6 +48,10 @@ std::pair<std::string, std::string> parse_env_assignment(const std::string& text
   std::string name = text.substr(0, eq);
   if (!is_env_name(name))
     throw UsageError("--env: \"" + name + "\" is not a valid variable name: expected [A-Za-z_][A-Za-z0-9_]*");
+  if (const std::string why = env_name_refusal(name); !why.empty()) throw UsageError("--env " + name + ": " + why);
+  if (text.size() + 1 > kMaxEnvEntry)
+    throw UsageError("--env " + name + ": " + std::to_string(text.size() + 1) +
+                     " bytes with its name; the kernel passes at most 128 KiB per variable");
   return {std::move(name), text.substr(eq + 1)};
 }
 

@@ -107,6 +107,14 @@ std::pair<std::string, std::string> parse_env_assignment(const std::string& text
 // Whether name is a variable name a shell could set: [A-Za-z_][A-Za-z0-9_]*.
 bool is_env_name(std::string_view name);
 
+// Why a variable may not be set in a sandbox (LD_PRELOAD and the like:
+// they would change what every program there loads), or "".
+std::string env_name_refusal(std::string_view name);
+
+// The longest NAME=VALUE the kernel passes to a program, its NUL included
+// (MAX_ARG_STRLEN): a longer one fails every execve of the run.
+inline constexpr size_t kMaxEnvEntry = 128 * 1024;
+
 // Sets key=value in env, replacing an existing key.
 void set_env(std::vector<std::pair<std::string, std::string>>& env, std::string key, std::string value);
 

@@ -1,4 +1,5 @@
 #include "nsbox/profile_loader.h"
+#include "nsbox/run_spec.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -318,6 +319,18 @@ user: {uid: 1000, gid: 1001}
             (std::vector<ProfileTmpfs>{{"/home/sandbox", 3ull << 20}, {"/tmp", 5ull << 20}, {"/cache", 1ull << 30}}));
   EXPECT_EQ(p.env.at("QUOTES"), "say \"hi\"\n");
   expect_round_trip(p);
+
+  // A variable past what the kernel passes to a program would fail every
+  // run's execve: refused where it is written.
+  try {
+    load_profile_text("name: big\nenv: {A: \"" + std::string(kMaxEnvEntry, 'x') + "\"}\n", "big.yaml", ProfileSearch{});
+    ADD_FAILURE() << "a 128 KiB variable was accepted";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("big.yaml:2:9: env.A: 131075 bytes with its name; the kernel passes at most "
+                                         "128 KiB per variable"),
+              std::string::npos)
+        << e.what();
+  }
 
   Profile allow =
       load_profile_text("name: allow\nseccomp: {allow: [read, write, exit_group]}\n", "allow.yaml", ProfileSearch{});

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "nsbox/error.h"
 
 namespace nsbox {
@@ -31,6 +34,15 @@ TEST(EnvAssignment, RejectsANameNoShellCouldSet) {
     }
   }
   EXPECT_EQ(parse_env_assignment("_a1=x").first, "_a1");
+}
+
+// --env is held to what a profile's env is: no loader variables, and no
+// variable past what the kernel passes to a program.
+TEST(EnvAssignment, RefusesWhatAProfileRefuses) {
+  const std::vector<std::string> refused = {"LD_PRELOAD=/x.so", "LD_LIBRARY_PATH=/x", "LD_AUDIT=/x.so",
+                                            "BIG=" + std::string(kMaxEnvEntry, 'x')};
+  for (const std::string& bad : refused) EXPECT_THROW(parse_env_assignment(bad), UsageError) << bad.substr(0, 40);
+  EXPECT_EQ(parse_env_assignment("FITS=" + std::string(kMaxEnvEntry - 6, 'x')).second.size(), kMaxEnvEntry - 6);
 }
 
 TEST(Environment, DefaultsAreCleanAndOverridable) {
