@@ -326,7 +326,7 @@ user: {uid: 1000, gid: 1001}
     load_profile_text("name: big\nenv: {A: \"" + std::string(kMaxEnvEntry, 'x') + "\"}\n", "big.yaml", ProfileSearch{});
     ADD_FAILURE() << "a 128 KiB variable was accepted";
   } catch (const ProfileError& e) {
-    EXPECT_NE(std::string(e.what()).find("big.yaml:2:9: env.A: 131075 bytes with its name; the kernel passes at most "
+    EXPECT_NE(std::string(e.what()).find("big.yaml:2:10: env.A: 131075 bytes with its name; the kernel passes at most "
                                          "128 KiB per variable"),
               std::string::npos)
         << e.what();
