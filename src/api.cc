@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -167,22 +168,24 @@ ParsedJson parse_untrusted_json(std::string_view text) {
     // A key twice in one object: nlohmann keeps the last, a gateway in
     // front may check the first. Refused rather than read either way.
     std::vector<std::set<std::string>> keys;  // of each object open
-    std::string twice;
+    std::optional<std::string> twice;         // how the first key seen twice is named
     auto note_keys = [&](int, json::parse_event_t event, json& parsed_value) {
       if (event == json::parse_event_t::object_start) keys.emplace_back();
       if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-      if (event == json::parse_event_t::key && !keys.empty() && twice.empty() &&
+      if (event == json::parse_event_t::key && !keys.empty() && !twice &&
           !keys.back().insert(parsed_value.get<std::string>()).second)
-        twice = parsed_value.get<std::string>();
+        // Named only at the top (a request's own keys): deeper keys are the
+        // caller's data, and the error goes to the audit log.
+        twice = keys.size() == 1 ? "the key " + json(parsed_value.get<std::string>().substr(0, 100))
+                                                    .dump(-1, ' ', false, json::error_handler_t::replace)
+                                 : std::string("a key of a nested object");
       return true;
     };
     try {
       parsed.value = json::parse(text.begin(), text.end(), note_keys);
-      if (!twice.empty()) {
+      if (twice) {
         parsed.value = nullptr;
-        parsed.error = "ambiguous: the key " +
-                       json(twice.substr(0, 100)).dump(-1, ' ', false, json::error_handler_t::replace) +
-                       " appears twice in one object";
+        parsed.error = "ambiguous: " + *twice + " appears twice in one object";
       }
     } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
       parsed.error = "not valid JSON: " + parse_error_message(e.what());

@@ -76,11 +76,9 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["limits_hit"] = r.contains("limits_hit") ? r["limits_hit"] : json::array();
   j["warnings"] = r.contains("warnings") ? r["warnings"] : json::array();
   j["limits"] = get("limits");
-  // What left the sandbox, by size and digest (never content): its return
-  // value, its output and its artifacts.
-  j["return_bytes"] = r.contains("return")
-                          ? json(r["return"].dump(-1, ' ', false, json::error_handler_t::replace).size())
-                          : json(nullptr);
+  // What left the sandbox, by size and digest (never content): the answer
+  // (its return value), its output and its artifacts.
+  j["answer_bytes"] = ctx.answer_bytes;
   for (const char* stream : {"stdout", "stderr"}) {
     const std::string name(stream);
     j[name + "_bytes"] = r.contains(stream) && r[stream].is_string()
@@ -193,10 +191,10 @@ AuditLog::~AuditLog() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void AuditLog::write(const json& record) {
+bool AuditLog::write(const json& record) {
   std::lock_guard<std::mutex> lock(mutex_);
   write_suppressed_locked();
-  write_locked(record);
+  return write_locked(record);
 }
 
 void AuditLog::refused(const json& record, RefusalBudget::Clock::time_point now) {
@@ -232,28 +230,29 @@ void AuditLog::write_suppressed_locked() {
   write_locked(j);
 }
 
-void AuditLog::write_locked(const json& record) {
-  if (fd_ < 0) return;
+bool AuditLog::write_locked(const json& record) {
+  if (fd_ < 0) return true;
   // ASCII only: a client's bidi or line-separator characters arrive escaped,
   // so that no viewer of the file shows a record other than it is.
-  if (!append_locked(record.dump(-1, ' ', true, json::error_handler_t::replace) + "\n")) {
-    ++lost_;
-    ++lost_total_;
-  }
+  if (append_locked(record.dump(-1, ' ', true, json::error_handler_t::replace) + "\n")) return true;
+  ++lost_;
+  ++lost_in_process_;
+  return false;
 }
+
+uint64_t AuditLog::records_lost_in_process() { return lost_in_process_.load(); }
 
 // Appends line (may be empty) in one write, after what a failure left to
 // say: the end of a cut line, and how many records were lost.
 bool AuditLog::append_locked(std::string line) {
   std::string text = line_cut_ ? "\n" : "";
   if (lost_ > 0) {
-    json j;
-    j["time"] = utc_timestamp();
-    j["event"] = "audit_records_lost";
+    json j = event_record("audit_records_lost");
     j["count"] = lost_;
     j["error"] = std::strerror(last_errno_);
     text += j.dump() + "\n";
   }
+  const size_t said_before_line = text.size();  // what ends a cut line and says what was lost
   text += line;
   if (text.empty()) return true;
   size_t done = 0;
@@ -269,6 +268,7 @@ bool AuditLog::append_locked(std::string line) {
       spdlog::error("audit log {}: {}: records are lost until it can be written", path_, std::strerror(err));
     last_errno_ = err;
     if (done > 0) line_cut_ = text[done - 1] != '\n';
+    if (done >= said_before_line) lost_ = 0;  // that much is said; not twice
     return false;
   }
   if (lost_ > 0) spdlog::warn("audit log {}: written again after {} records were lost", path_, lost_);

@@ -487,10 +487,6 @@ class Node {
     std::lock_guard<std::mutex> lock(state_mutex_);
     return audit_;
   }
-  uint64_t audit_records_lost() const {
-    std::lock_guard<std::mutex> lock(state_mutex_);
-    return audit_lost_before_ + audit_->records_lost();
-  }
 
   std::unique_ptr<httplib::Server> make_server(size_t listener_index);
   void add_cors(const httplib::Request& req, httplib::Response& res) const;
@@ -504,6 +500,10 @@ class Node {
   void audit_refusal(const httplib::Request& req, const TenantConfig* tenant, int status, const char* reason,
                      const std::string& message) const;
   void refused_by_the_listener(const char* reason, int status, int fd) const;
+  void refuse_as_the_platform(const httplib::Request& req, httplib::Response& res, const TenantConfig* tenant,
+                              const std::string& message, const std::string& answer) const;
+  void refuse_unaudited(const httplib::Request& req, httplib::Response& res, AuditLog& log,
+                        const TenantConfig* tenant) const;
   Refusal refusal_before_the_body(const httplib::Request& req, const NodeConfig& cfg, size_t li,
                                   const TenantConfig*& tenant) const;
   ArrivalWatch::Screened screen_head(std::string_view head, int fd, size_t li);
@@ -514,7 +514,7 @@ class Node {
   void handle_run(const httplib::Request& req, const std::string& body, httplib::Response& res, const NodeConfig& cfg,
                   const TenantConfig& tenant, size_t listener_index, bool native);
   void finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& job, const JobResult& result, double seconds,
-                  const char* killed_by) const;
+                  const char* killed_by, size_t answer_bytes) const;
   const char* who_killed(const JobResult& result, int client) const;
   void reload();
   void configure_pool(const NodeConfig& c) const;
@@ -525,7 +525,6 @@ class Node {
   std::shared_ptr<const NodeConfig> config_;
   const std::shared_ptr<const NodeConfig> started_;  // what the servers were made with
   std::shared_ptr<AuditLog> audit_;
-  uint64_t audit_lost_before_ = 0;  // by the logs a reload replaced
   const Spawner& spawner_;
   Admission admission_;
   TenantShares tenant_shares_;
@@ -582,6 +581,23 @@ void Node::audit_refusal(const httplib::Request& req, const TenantConfig* tenant
   ctx.reason = reason;
   ctx.message = message;
   audit()->refused(refusal_record(ctx));
+}
+
+// A request not run that the platform's servers answer with a 200 (an
+// unknown language, empty code): answered so, and counted and recorded as
+// the refusal it is.
+void Node::refuse_as_the_platform(const httplib::Request& req, httplib::Response& res, const TenantConfig* tenant,
+                                  const std::string& message, const std::string& answer) const {
+  metrics_.rejected("bad_request");
+  audit_refusal(req, tenant, 200, "bad_request", message);
+  reply(req, res, 200, answer);
+}
+
+// A run refused because its audit record could not be written.
+void Node::refuse_unaudited(const httplib::Request& req, httplib::Response& res, AuditLog& log,
+                            const TenantConfig* tenant) const {
+  reject(req, res, "audit_unavailable", 503,
+         "the node's audit log cannot be written (" + log.failure() + "): no run starts until it can", tenant);
 }
 
 // A connection the arrival watch answered itself, before any head the
@@ -704,8 +720,9 @@ AuditContext audit_context(const std::string& api, const TenantConfig& tenant, c
 }
 
 void Node::finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& job, const JobResult& result,
-                      double seconds, const char* killed_by) const {
+                      double seconds, const char* killed_by, size_t answer_bytes) const {
   ctx.duration_s = seconds;
+  ctx.answer_bytes = answer_bytes;
   ctx.killed_by = killed_by;
   json record = audit_record(ctx, result);
   auto log = audit();
@@ -781,24 +798,15 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   DecodedRequest decoded = decode_run_request(body, listener.language, native);
   if (!decoded.request) {
     // The platform answers an unknown language with 200 and this shape.
-    if (decoded.unsupported_language) {
-      metrics_.rejected("bad_request");
-      audit_refusal(req, tenant, 200, "bad_request", decoded.error);
-      return reply(req, res, 200, unsupported_language_answer(decoded.error));
-    }
+    if (decoded.unsupported_language)
+      return refuse_as_the_platform(req, res, tenant, decoded.error, unsupported_language_answer(decoded.error));
     return reject(req, res, "bad_request", 400, decoded.error, tenant);
   }
-  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos) {
-    // The platform's answer to empty code, a 200; still a request not run.
-    metrics_.rejected("bad_request");
-    audit_refusal(req, tenant, 200, "bad_request", "No code provided.");
-    return reply(req, res, 200, error_body("No code provided."));
-  }
-  // No run without its record: a log the disk no longer takes stops runs.
-  if (auto log = audit(); !log->writable())
-    return reject(req, res, "audit_unavailable", 503,
-                  "the node's audit log cannot be written (" + log->failure() + "): no run starts until it can",
-                  tenant);
+  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
+    return refuse_as_the_platform(req, res, tenant, "No code provided.", error_body("No code provided."));
+  // No run without its record: a log the disk no longer takes stops runs
+  // (a quick look here; its run_started line below decides).
+  if (auto log = audit(); !log->writable()) return refuse_unaudited(req, res, *log, tenant);
   // Taken on the head (screen_head) unless the watch did not see it.
   std::optional<TenantShare> share;
   // (A reload between the head and here may have moved the token to
@@ -831,7 +839,11 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request)};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
   const AuditContext ctx = audit_context(native ? "v1" : "run", *tenant, req, job);
-  audit()->write(run_started_record(ctx, job.profile_name, to_string(job.request.exec.language)));
+  if (auto log = audit();
+      !log->write(run_started_record(ctx, job.profile_name, to_string(job.request.exec.language)))) {
+    res.headers.erase("X-Nsbox-Run-Id");
+    return refuse_unaudited(req, res, *log, tenant);
+  }
   const auto start = Clock::now();
   JobResult result;
   try {
@@ -843,14 +855,19 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
                   {"error_type", "sandbox"}};
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  finish_run(ctx, *tenant, job, result, seconds, who_killed(result, client));
+  // Built before the audit record, which says how much of it there is.
+  int status = 200;
+  std::string answer;
   if (native) {
-    const bool broken = result.value("error_type", json(nullptr)) == "sandbox";
+    if (result.value("error_type", json(nullptr)) == "sandbox") status = 500;
     result["run_id"] = job.run_id;
     result["tenant"] = tenant->name;
-    return reply(req, res, broken ? 500 : 200, result.dump(-1, ' ', false, json::error_handler_t::replace));
+    answer = result.dump(-1, ' ', false, json::error_handler_t::replace);
+  } else {
+    answer = platform_answer(result.value("return", json(nullptr)), result.value("error", json(nullptr)));
   }
-  reply(req, res, 200, platform_answer(result.value("return", json(nullptr)), result.value("error", json(nullptr))));
+  finish_run(ctx, *tenant, job, result, seconds, who_killed(result, client), answer.size());
+  reply(req, res, status, answer);
 }
 
 std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
@@ -947,7 +964,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.queued = admission_.queued();
     g.max_running = cfg_now->max_concurrent;
     g.max_queued = cfg_now->queue_depth;
-    g.audit_records_lost = audit_records_lost();
+    g.audit_records_lost = AuditLog::records_lost_in_process();
     g.pool = {.idle = ps.idle.load(),
               .starting = ps.starting.load(),
               .idle_memory_bytes = ps.idle_memory_bytes.load(),
@@ -1078,7 +1095,6 @@ void Node::reload() {
     {
       std::lock_guard<std::mutex> lock(state_mutex_);
       config_ = next;
-      audit_lost_before_ += audit_->records_lost();
       audit_ = audit_log;
     }
     json applied = config_record("reload", *next);

@@ -513,7 +513,7 @@ Launcher::Launcher(const LauncherOptions& options)
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
   remove_stale_run_cgroups(cgroups_);
-  remove_stale_workspaces();
+  remove_stale_workspaces(host_ids_.uid);
 }
 
 namespace {

@@ -584,7 +584,8 @@ bool reap(std::set<pid_t>& workers, WarmPool& pool) {
 // which is gone.
 void remove_what_killed_workers_held(const Launcher& launcher) {
   try {
-    const int removed = remove_stale_run_cgroups(launcher.cgroup_host()) + remove_stale_workspaces();
+    const int removed =
+        remove_stale_run_cgroups(launcher.cgroup_host()) + remove_stale_workspaces(launcher.host_ids().uid);
     if (removed > 0) spdlog::warn("spawner: removed {} cgroups and workspaces of killed workers", removed);
   } catch (const std::exception& e) {
     spdlog::error("spawner: removing what killed workers held: {}", e.what());

@@ -63,8 +63,8 @@ UniqueFd open_to_remove(int parent_fd, const std::string& name) {
   if (!fd && errno == EACCES) {
     UniqueFd path(::openat(parent_fd, name.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     // The directory itself, through its descriptor: no name to swap.
-    if (path && ::chmod(("/proc/self/fd/" + std::to_string(path.get())).c_str(), 0700) == 0)
-      fd.reset(::openat(parent_fd, name.c_str(), kFlags));
+    const std::string itself = "/proc/self/fd/" + std::to_string(path ? path.get() : -1);
+    if (path && ::chmod(itself.c_str(), 0700) == 0) fd.reset(::open(itself.c_str(), kFlags & ~O_NOFOLLOW));
   }
   if (fd) ::fchmod(fd.get(), 0700);
   return fd;
@@ -74,6 +74,9 @@ UniqueFd open_to_remove(int parent_fd, const std::string& name) {
 // removed from there: removal holds at most this many descriptors and
 // frames however deep a run nested its directories.
 constexpr int kRemovalDepth = 32;
+// A workspace holds at most ~16 400 inodes (nr_inodes), so 32-level passes
+// reach any depth it can hold well within this.
+constexpr int kMaxRemovalPasses = 1024;
 
 // Names each entry of dir (not . or ..) with whether it is a directory.
 std::vector<std::pair<std::string, bool>> entries_of(int dir_fd) {
@@ -96,6 +99,21 @@ std::vector<std::pair<std::string, bool>> entries_of(int dir_fd) {
   return out;
 }
 
+bool remove_below(int top_fd, int parent_fd, const std::string& name, int depth);
+
+// Removes each entry of dir_fd, itself at depth below the tree's top top_fd
+// (moving what is too deep up into it); true when anything went.
+bool clear_entries(int top_fd, int dir_fd, int depth) {
+  bool progress = false;
+  for (const auto& [n, is_dir] : entries_of(dir_fd)) {
+    if (is_dir)
+      progress = remove_below(top_fd, dir_fd, n, depth + 1) || progress;
+    else
+      progress = ::unlinkat(dir_fd, n.c_str(), 0) == 0 || progress;
+  }
+  return progress;
+}
+
 // Empties and removes the directory name in parent_fd, at depth below the
 // tree's top top_fd; true when anything was removed or moved.
 bool remove_below(int top_fd, int parent_fd, const std::string& name, int depth) {
@@ -109,15 +127,7 @@ bool remove_below(int top_fd, int parent_fd, const std::string& name, int depth)
     return false;
   }
   UniqueFd fd = open_to_remove(parent_fd, name);
-  bool progress = false;
-  if (fd) {
-    for (const auto& [n, is_dir] : entries_of(fd.get())) {
-      if (is_dir)
-        progress = remove_below(top_fd, fd.get(), n, depth + 1) || progress;
-      else
-        progress = ::unlinkat(fd.get(), n.c_str(), 0) == 0 || progress;
-    }
-  }
+  const bool progress = fd && clear_entries(top_fd, fd.get(), depth);
   return ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0 || progress;
 }
 
@@ -125,15 +135,9 @@ bool remove_below(int top_fd, int parent_fd, const std::string& name, int depth)
 // following a symlink, whatever the depth or modes the run left.
 void remove_tree_at(int parent_fd, const std::string& name) {
   UniqueFd top = open_to_remove(parent_fd, name);
-  // What was too deep was moved up into top: go on while anything goes.
-  for (bool progress = true; top && progress;) {
-    progress = false;
-    for (const auto& [n, is_dir] : entries_of(top.get())) {
-      if (is_dir)
-        progress = remove_below(top.get(), top.get(), n, 1) || progress;
-      else
-        progress = ::unlinkat(top.get(), n.c_str(), 0) == 0 || progress;
-    }
+  // What was too deep was moved up into top: go on while anything goes
+  // (bounded: each pass takes kRemovalDepth levels off what is left).
+  for (int pass = 0; top && pass < kMaxRemovalPasses && clear_entries(top.get(), top.get(), 0); ++pass) {
   }
   ::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);
 }
@@ -424,7 +428,7 @@ ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
   return c.report;
 }
 
-int remove_stale_workspaces() {
+int remove_stale_workspaces(uid_t sandbox_uid) {
   const std::string base = temp_base();
   int removed = 0;
   DIR* dir = ::opendir(base.c_str());
@@ -433,6 +437,12 @@ int remove_stale_workspaces() {
   while (dirent* e = ::readdir(dir)) {
     std::string name = e->d_name;
     if (name.rfind(std::string(kPrefix) + "run-", 0) != 0) continue;
+    // Only what nsbox made: another user may name a directory so in a
+    // shared /tmp, and root must not spend its time removing that.
+    struct stat st {};
+    if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        (st.st_mode & 07777) != 0700 || (st.st_uid != ::geteuid() && st.st_uid != sandbox_uid))
+      continue;
     if (!cgroup_internal::run_owner_alive(name.substr(std::string(kPrefix).size()))) stale.push_back(name);
   }
   ::closedir(dir);

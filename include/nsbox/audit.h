@@ -26,6 +26,7 @@ struct AuditContext {
   std::string profile_sha256;  // of the profile as the run used it (a reload may change it, not its name)
   uint64_t input_bytes = 0;    // the inputs object as JSON
   double duration_s = 0;       // admission to result
+  uint64_t answer_bytes = 0;   // the answer's body: the return value, or the whole result (/v1/runs)
   // Who ended a run the node stopped: "client_closed" (its client went
   // away), "node_stopping" (past the grace period), or null.
   const char* killed_by = nullptr;
@@ -44,7 +45,7 @@ nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::st
 // {"time", "event": "run", "run_id", "tenant", "profile", "profile_sha256", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
-//  "limits_hit", "warnings", "limits", "return_bytes", "stdout_bytes",
+//  "limits_hit", "warnings", "limits", "answer_bytes", "stdout_bytes",
 //  "stdout_truncated", "stderr_bytes", "stderr_truncated", "artifacts" (name,
 //  size, sha256 each), "artifacts_refused" (a count), "denied_syscalls",
 //  "network"} from the worker's result; network is null or the egress totals.
@@ -130,7 +131,8 @@ class AuditLog {
   // line that is written says how many were, in
   // {"event": "audit_records_lost", "count", "error"}; a line cut short by
   // the failure is ended first, so it cannot run into the next record.
-  void write(const nlohmann::ordered_json& record);
+  // True when the record is in the file (or no file is configured).
+  bool write(const nlohmann::ordered_json& record);
   // A refusal line, within kRefusalLinesPerSecond and its client's
   // kRefusalLinesPerClientPerSecond; those past them are counted and said
   // in one {"event": "refusals_suppressed", "count", "by_reason",
@@ -147,13 +149,13 @@ class AuditLog {
   bool writable();
   // Why the last write failed ("" when it did not).
   std::string failure() const;
-  // Records not written, since the log was opened.
-  uint64_t records_lost() const { return lost_total_.load(); }
+  // Records no audit log of this process could write, reloads included.
+  static uint64_t records_lost_in_process();
   const std::string& path() const { return path_; }
 
  private:
   void write_suppressed_locked();
-  void write_locked(const nlohmann::ordered_json& record);
+  bool write_locked(const nlohmann::ordered_json& record);
   bool append_locked(std::string line);
 
   std::string path_;
@@ -163,7 +165,7 @@ class AuditLog {
   bool line_cut_ = false;  // the file ends inside a line a failed write began
   uint64_t lost_ = 0;      // records not written since the last that was
   int last_errno_ = 0;     // of the failure that lost them
-  std::atomic<uint64_t> lost_total_{0};
+  static inline std::atomic<uint64_t> lost_in_process_{0};
 };
 
 }  // namespace nsbox

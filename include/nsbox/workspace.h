@@ -73,7 +73,10 @@ uint64_t workspace_inodes(const WorkspaceSpec& spec);
 // Validates an input name: a plain file name, no '/', not "." or "..".
 void check_input_name(const std::string& name);
 
-// Removes the workspaces of nsbox processes that died (unmounting them first).
-int remove_stale_workspaces();
+// Removes the workspaces of nsbox processes that died (unmounting them
+// first): directories named as nsbox names them, 0700, owned by this
+// process's user or by sandbox_uid (the sandboxes' host user), so that no
+// other user's directory of that name is ever walked.
+int remove_stale_workspaces(uid_t sandbox_uid);
 
 }  // namespace nsbox

@@ -3,6 +3,7 @@
 // run while the log cannot be written, and refusals recorded without the
 // credentials or inputs a client sent.
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -204,6 +206,7 @@ TEST(NodeAudit, AFullDiskStopsRunsUntilTheLogTakesRecordsAgain) {
   // and the next run is refused.
   int refused_after = -1;
   std::string refusal;
+  std::vector<std::string> ran;
   for (int i = 0; i < 40 && refused_after < 0; ++i) {
     auto r = run_as_acme(node);
     ASSERT_TRUE(r);
@@ -212,6 +215,7 @@ TEST(NodeAudit, AFullDiskStopsRunsUntilTheLogTakesRecordsAgain) {
       refusal = r->body;
     } else {
       ASSERT_EQ(r->status, 200) << r->body;
+      ran.push_back(r->get_header_value("X-Nsbox-Run-Id"));
     }
   }
   ASSERT_GE(refused_after, 0) << "runs went on with the audit log's disk full";
@@ -240,9 +244,36 @@ TEST(NodeAudit, AFullDiskStopsRunsUntilTheLogTakesRecordsAgain) {
   ASSERT_EQ(lost.size(), 1u) << slurp(logs + "/audit.log");
   EXPECT_GE(lost[0]["count"].get<int>(), 1);
   EXPECT_EQ(lost[0]["error"], "No space left on device");
+  // Every run that ran has its start on record (its end may be what was lost).
+  std::set<std::string> started;
+  for (const json& record : records_of(logs + "/audit.log", "run_started")) started.insert(record["run_id"]);
+  for (const std::string& id : ran) EXPECT_TRUE(started.count(id)) << "run " << id << " ran without a record";
   const std::vector<json> runs = records_of(logs + "/audit.log", "run");
   ASSERT_FALSE(runs.empty());
   EXPECT_EQ(runs.back()["run_id"], r->get_header_value("X-Nsbox-Run-Id")) << "the run after the disk had room";
+}
+
+// The run's run_started line decides: a run whose start cannot be written
+// is not run (here the file may grow by 100 bytes, less than that line).
+TEST(NodeAudit, ARunWhoseStartCannotBeWrittenIsNotRun) {
+  NodeProcess node(tenants_config("audit.log"));
+  ASSERT_TRUE(node.ready()) << node.log();
+  auto r = run_as_acme(node);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string path = node.dir() + "/audit.log";
+  ASSERT_EQ(wait_for_records(path, "run", 1).size(), 1u) << slurp(path);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  const rlimit room{static_cast<rlim_t>(st.st_size) + 100, static_cast<rlim_t>(st.st_size) + 100};
+  ASSERT_EQ(::prlimit(node.pid(), RLIMIT_FSIZE, &room, nullptr), 0) << std::strerror(errno);
+  r = run_as_acme(node);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(r->body.find("audit log cannot be written (File too large)"), std::string::npos) << r->body;
+  EXPECT_FALSE(r->has_header("X-Nsbox-Run-Id")) << "no run was started";
+  EXPECT_EQ(records_of(path, "run_started").size(), 1u) << "only the first run's start is whole\n" << slurp(path);
+  EXPECT_EQ(metric(node, "nsbox_runs_total{tenant=\"acme\",language=\"python\",status=\"ok\"}"), 1);
 }
 
 // What the listener refuses before the node reads a head is on record too;
