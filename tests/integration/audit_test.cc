@@ -161,6 +161,43 @@ TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
   EXPECT_EQ(records_of(node.dir() + "/audit.log").back()["event"], "node_stopped");
 }
 
+// A warm sandbox's worker killed (an operator, the OOM killer) cannot remove
+// its run's cgroups and workspace; the spawner that reaps it does, while
+// the node goes on serving (they used to stay until the node's next start).
+TEST(NodeLifecycle, WhatAKilledWorkerHeldIsRemovedWhileTheNodeServes) {
+  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  pid_t spawner = -1, worker = -1;
+  for (pid_t child : children_of(node.pid()))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
+  ASSERT_GT(spawner, 0);
+  for (pid_t child : children_of(spawner))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-warm\n") worker = child;
+  ASSERT_GT(worker, 0) << "no warm sandbox's worker";
+  const std::string owner = "run-" + std::to_string(worker) + "-";
+  auto held = [&] {
+    std::vector<std::string> found;
+    for (const auto& name : dir_entries(node.tmp()))
+      if (name.find(owner) != std::string::npos) found.push_back(node.tmp() + "/" + name);
+    const CgroupHost& host = launcher().cgroup_host();
+    std::vector<std::string> parents;
+    if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
+    for (const auto& [controller, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
+    for (const auto& parent : parents)
+      for (const auto& name : dir_entries(parent))
+        if (name.rfind(owner, 0) == 0) found.push_back(parent + "/" + name);
+    return found;
+  };
+  ASSERT_FALSE(held().empty()) << "the worker holds no cgroup or workspace to leave behind";
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  for (int i = 0; i < 250 && !held().empty(); ++i) std::this_thread::sleep_for(20ms);
+  for (const auto& path : held()) ADD_FAILURE() << path << " outlived the worker that made it";
+  auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+}
+
 // A tmpfs mounted for as long as it lives.
 class SmallFilesystem {
  public:
