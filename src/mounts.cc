@@ -140,6 +140,42 @@ UniqueFd open_no_symlinks(const std::string& path, const std::string& what) {
   return UniqueFd(static_cast<int>(fd));
 }
 
+namespace {
+
+// A spec mount already in the plan; bind is null for a tmpfs.
+struct Placed {
+  std::string target;
+  const BindMount* bind;
+};
+
+// The host bind that target would be made in, if any: the deepest placed
+// mount above it, when that is a host directory nsbox did not make.
+const BindMount* host_bind_above(const std::vector<Placed>& placed, const std::string& target) {
+  const Placed* deepest = nullptr;
+  for (const auto& p : placed)
+    if (target.rfind(p.target + "/", 0) == 0 && (!deepest || p.target.size() > deepest->target.size())) deepest = &p;
+  return deepest && deepest->bind && !deepest->bind->source_is_the_runs ? deepest->bind : nullptr;
+}
+
+// A mount point inside a host bind must be there already: making it would
+// write into the host's directory (and fails in a read-only one).
+void require_mount_point_in(const BindMount& outer, const std::string& target) {
+  const std::string rel = target.substr(outer.target.size() + 1);
+  const UniqueFd source = open_no_symlinks(outer.source, "mount source");
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  const UniqueFd point(static_cast<int>(::syscall(SYS_openat2, source.get(), rel.c_str(), &how, sizeof(how))));
+  // Other errors (a symlink on the way) are the mount step's to report.
+  if (!point && errno == ENOENT)
+    throw SysError("mount target " + target,
+                   "needs " + outer.source + "/" + rel + " (the mount on " + outer.target +
+                       " is that host directory, and nsbox makes no directory in one): create it there",
+                   ENOENT);
+}
+
+}  // namespace
+
 void MountPlan::add(Step step) { steps_.push_back(std::move(step)); }
 
 void MountPlan::finalize() {
@@ -275,7 +311,11 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
   for (size_t i = 0; i < spec.tmpfs.size(); ++i) pending.push_back({spec.tmpfs[i].target, false, i});
   std::stable_sort(pending.begin(), pending.end(),
                    [](const Pending& a, const Pending& b) { return depth(a.target) < depth(b.target); });
+  std::vector<Placed> placed;
   for (const auto& p : pending) {
+    const BindMount* host_bind = host_bind_above(placed, p.target);
+    if (host_bind) require_mount_point_in(*host_bind, p.target);
+    placed.push_back({p.target, p.is_bind ? &spec.binds[p.index] : nullptr});
     if (p.is_bind) {
       const BindMount& b = spec.binds[p.index];
       const UniqueFd src = open_no_symlinks(b.source, "mount source");
@@ -291,7 +331,9 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
                 .target = b.target,
                 .flags = MS_BIND,
                 .remount_flags = remount,
-                .create = S_ISDIR(st.st_mode) ? TargetCreate::kDirectory : TargetCreate::kFile});
+                .create = host_bind             ? TargetCreate::kNone
+                          : S_ISDIR(st.st_mode) ? TargetCreate::kDirectory
+                                                : TargetCreate::kFile});
     } else {
       const TmpfsMount& t = spec.tmpfs[p.index];
       plan.add({.kind = MountKind::kFilesystem,
@@ -300,7 +342,7 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
                 .fstype = "tmpfs",
                 .data = "mode=1777,size=" + std::to_string(t.size_bytes),
                 .flags = kNoDevSuid,
-                .create = TargetCreate::kDirectory});
+                .create = host_bind ? TargetCreate::kNone : TargetCreate::kDirectory});
     }
   }
 

@@ -791,7 +791,8 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
     spec.rootfs = resolve_rootfs(input.rootfs);
     if (spec.workspace) {
       st->workspace.emplace(*spec.workspace, host_ids_.uid, host_ids_.gid);
-      spec.binds.insert(spec.binds.begin(), {st->workspace->host_path(), spec.workspace->inside_path, false, false});
+      spec.binds.insert(spec.binds.begin(),
+                        {st->workspace->host_path(), spec.workspace->inside_path, false, false, true});
       // The cap is a limit like the cgroup's: strict refuses a run without it.
       if (!st->workspace->size_capped() && !spec.limits.best_effort)
         throw SysError("workspace",

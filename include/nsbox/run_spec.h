@@ -44,6 +44,9 @@ struct BindMount {
   std::string target;  // absolute path inside the sandbox
   bool read_only = true;
   bool noexec = false;
+  // nsbox's own per-run directory (the workspace): mount points for mounts
+  // below it may be made in it. In any other source they must exist already.
+  bool source_is_the_runs = false;
 };
 
 struct TmpfsMount {

@@ -74,6 +74,40 @@ TEST(Filesystem, SymlinkInRwMountCannotRedirectAMountTarget) {
   EXPECT_EQ(r.error, "resolve mount target /out/sub: Too many levels of symbolic links");
 }
 
+TEST(Filesystem, AMountInsideAHostBindUsesItsMountPointAndNeverMakesOne) {
+  // A tmpfs and a bind below a rw host directory: nsbox must not make their
+  // mount points in the host's directory.
+  HostDir out, data;
+  data.write("f", "data\n");
+  RunSpec spec = capture_spec({"sh", "-c", "cat /out/sub/f; touch /out/scratch/t && echo tmpfs"});
+  spec.binds = {{out.path(), "/out", false, false}, {data.path(), "/out/sub", true, false}};
+  spec.tmpfs = {{"/out/scratch", 1 << 20}};
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kSetupError);
+  EXPECT_NE(r.error.find("needs " + out.path() + "/"), std::string::npos) << r.error;
+  EXPECT_FALSE(fs::exists(out.path() + "/sub"));
+  EXPECT_FALSE(fs::exists(out.path() + "/scratch"));
+  // With the mount points there, both mount over them.
+  fs::create_directory(out.path() + "/sub");
+  fs::create_directory(out.path() + "/scratch");
+  r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "data\ntmpfs\n");
+  EXPECT_TRUE(fs::is_empty(out.path() + "/scratch"));
+}
+
+TEST(Filesystem, AMountInsideTheWorkspaceMayMakeItsMountPoint) {
+  HostDir data;
+  data.write("f", "data\n");
+  RunSpec spec = capture_spec({"cat", "/workspace/in/f"});
+  spec.workspace = WorkspaceSpec{};
+  spec.workspace->inside_path = "/workspace";
+  spec.binds = {{data.path(), "/workspace/in", true, false}};
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "data\n");
+}
+
 TEST(Filesystem, SymlinkInRootfsCannotRedirectAMountTarget) {
   // /lib64 in the rootfs is a symlink (merged /usr); a target through it is refused.
   HostDir data;

@@ -1,4 +1,5 @@
 #include "nsbox/mounts.h"
+#include "nsbox/error.h"
 
 #include <sys/mount.h>
 
@@ -75,12 +76,12 @@ TEST(MountPlan, NewRootIsATmpfsMadeReadOnlyBeforePivot) {
 
 TEST(MountPlan, SpecBindsComeAfterTheSystemMountsParentsFirst) {
   RunSpec spec = spec_with_root("/usr");
-  spec.binds = {{"/etc", "/data/deep", true, false}, {"/var", "/data", false, true}};
+  spec.binds = {{"/etc", "/data/lib", true, false}, {"/var", "/data", false, true}};
   MountPlan plan = MountPlan::for_spec(spec);
   size_t data = 0, deep = 0, tmp = 0;
   for (size_t i = 0; i < plan.steps().size(); ++i) {
     if (plan.steps()[i].target == "/data") data = i;
-    if (plan.steps()[i].target == "/data/deep") deep = i;
+    if (plan.steps()[i].target == "/data/lib") deep = i;
     if (plan.steps()[i].target == "/tmp") tmp = i;
   }
   ASSERT_TRUE(data && deep && tmp);
@@ -92,6 +93,37 @@ TEST(MountPlan, SpecBindsComeAfterTheSystemMountsParentsFirst) {
   EXPECT_NE(rw.remount_flags & MS_NOEXEC, 0u);
   EXPECT_NE(plan.steps()[deep].remount_flags & MS_RDONLY, 0u);
   EXPECT_EQ(rw.create, TargetCreate::kDirectory);
+  // /data/lib is /var/lib on the host: it must be there, never made.
+  EXPECT_EQ(plan.steps()[deep].create, TargetCreate::kNone);
+}
+
+TEST(MountPlan, AMountPointMissingFromAHostBindIsRefusedNotMade) {
+  RunSpec spec = spec_with_root("/usr");
+  spec.binds = {{"/var", "/data", false, false}, {"/etc", "/data/nsbox-no-such-dir/x", true, false}};
+  spec.tmpfs = {{"/data/nsbox-no-such-tmp", 4096}};
+  for (int which = 0; which < 2; ++which) {
+    RunSpec one = spec;
+    if (which == 0)
+      one.tmpfs.clear();
+    else
+      one.binds.pop_back();
+    const std::string target = which == 0 ? "/data/nsbox-no-such-dir/x" : "/data/nsbox-no-such-tmp";
+    try {
+      MountPlan::for_spec(one);
+      FAIL() << "expected a refusal for " << target;
+    } catch (const SysError& e) {
+      EXPECT_EQ(e.err(), ENOENT);
+      EXPECT_NE(std::string(e.what()).find("mount target " + target + " needs /var" + target.substr(5)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // Below a directory nsbox made for the run (the workspace) it may be made.
+  spec.binds[0].source_is_the_runs = true;
+  MountPlan plan = MountPlan::for_spec(spec);
+  const auto* inner = find_step(plan, MountKind::kBind, "/data/nsbox-no-such-dir/x");
+  ASSERT_NE(inner, nullptr);
+  EXPECT_EQ(inner->create, TargetCreate::kDirectory);
 }
 
 TEST(MountPlan, SymlinkedBindSourceIsRefused) {
