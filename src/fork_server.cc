@@ -37,6 +37,10 @@ std::string fork_server_refusal(const RunSpec& spec) {
     for (const auto& f : fresh)
       if (b.target.rfind(f + "/", 0) == 0)
         return "the bind mount on " + b.target + " lies under " + f + ", which each forked run mounts afresh";
+  for (const auto& m : spec.masks)
+    for (const auto& f : fresh)
+      if (m == f || m.rfind(f + "/", 0) == 0)
+        return "the mask on " + m + " would be uncovered: each forked run mounts " + f + " afresh";
   return "";
 }
 
@@ -81,12 +85,8 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
   for (const auto& t : own)
     tmpfs.push_back(
         {{"target", t.target}, {"flags", kNoDevSuid}, {"data", "mode=1777,size=" + std::to_string(t.size_bytes)}});
-  Masks masks = masks_for(spec);
-  json files = json::array(), dirs = json::array();
-  for (const auto& m : masks.files)
-    if (m.rfind("/proc/", 0) == 0) files.push_back(m);
-  for (const auto& m : masks.dirs)
-    if (m.rfind("/proc/", 0) == 0) dirs.push_back(m);
+  Masks masks = proc_masks_for(spec);
+  json files = masks.files, dirs = masks.dirs;
   json limits = json::array();
   // -1 is RLIM_INFINITY, as Python's resource module spells it.
   auto value = [](rlim_t v) { return v == RLIM_INFINITY ? json(-1) : json(static_cast<uint64_t>(v)); };

@@ -187,18 +187,16 @@ void MountPlan::finalize() {
   }
 }
 
-Masks masks_for(const RunSpec& spec) {
+Masks proc_masks_for(const RunSpec& spec) {
   Masks out;
   out.dirs.assign(std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
   out.files.assign(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
   for (const auto& m : spec.masks) {
-    if (std::find(out.dirs.begin(), out.dirs.end(), m) != out.dirs.end() ||
+    if (m.rfind("/proc/", 0) != 0 || std::find(out.dirs.begin(), out.dirs.end(), m) != out.dirs.end() ||
         std::find(out.files.begin(), out.files.end(), m) != out.files.end())
       continue;
-    // /proc inside is a fresh proc of the same kernel: the host's tells its shape.
-    std::string host = m.rfind("/proc/", 0) == 0 ? m : spec.rootfs + m;
     struct stat st {};
-    bool is_dir = ::lstat(host.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+    bool is_dir = ::lstat(m.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
     (is_dir ? out.dirs : out.files).push_back(m);
   }
   return out;
@@ -346,34 +344,26 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
     }
   }
 
-  // Masks: files behind /dev/null (not nodev: it must open), directories
-  // behind an empty read-only tmpfs. A mask of a missing path is a no-op.
-  // Without masks on /proc, a fork server's run can mount a /proc of its
-  // own (the kernel refuses a new proc where every proc is partly hidden);
-  // it masks that one itself, before any of its code runs.
-  Masks masks = masks_for(spec);
-  std::vector<std::string>& file_masks = masks.files;
-  std::vector<std::string>& dir_masks = masks.dirs;
-  if (!spec.mask_proc) {
-    auto in_proc = [](const std::string& m) { return m.rfind("/proc/", 0) == 0; };
-    file_masks.erase(std::remove_if(file_masks.begin(), file_masks.end(), in_proc), file_masks.end());
-    dir_masks.erase(std::remove_if(dir_masks.begin(), dir_masks.end(), in_proc), dir_masks.end());
-  }
-  for (const auto& m : file_masks) {
-    plan.add({.kind = MountKind::kBind,
+  // Masks, after every mount, so that what is masked is what a run would
+  // see there (a directory inside a host bind, a tmpfs nsbox made). A mask
+  // of a missing path is a no-op. Without masks on /proc, a fork server's
+  // run can mount a /proc of its own (the kernel refuses a new proc where
+  // every proc is partly hidden); it masks that one itself, before any of
+  // its code runs.
+  std::vector<std::string> masks(std::begin(kMaskedProcFiles), std::end(kMaskedProcFiles));
+  masks.insert(masks.end(), std::begin(kMaskedProcDirs), std::end(kMaskedProcDirs));
+  for (const auto& m : spec.masks)
+    if (std::find(masks.begin(), masks.end(), m) == masks.end()) masks.push_back(m);
+  for (const auto& m : masks) {
+    if (!spec.mask_proc && m.rfind("/proc/", 0) == 0) continue;
+    // A file goes behind /dev/null (not nodev: it must open).
+    plan.add({.kind = MountKind::kMask,
               .source = spec.rootfs + "/dev/null",
-              .target = m,
-              .flags = MS_BIND,
-              .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
-              .optional = true});
-  }
-  for (const auto& m : dir_masks) {
-    plan.add({.kind = MountKind::kFilesystem,
-              .source = "tmpfs",
               .target = m,
               .fstype = "tmpfs",
               .data = "mode=0555,size=4k,nr_inodes=1",
               .flags = MS_RDONLY | kNoDevSuid | MS_NOEXEC,
+              .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
               .optional = true});
   }
 
@@ -524,6 +514,29 @@ int bind(const RawMountOp& op, const char* target_path, int rootfs_fd, const cha
   return 0;
 }
 
+// The new mount now covers the target: remount it by the same name.
+int remount_bind(const RawMountOp& op, int root_fd, const char** step) noexcept {
+  if (!op.remount_flags) return 0;
+  int top = resolve_target(root_fd, op.target, TargetCreate::kNone);
+  if (top < 0) return *step = "remount", errno;
+  char top_path[32];
+  fd_path(top, top_path);
+  int rc = ::mount(nullptr, top_path, nullptr, op.remount_flags, nullptr);
+  int err = errno;
+  ::close(top);
+  return rc == 0 ? 0 : (*step = "remount", err);
+}
+
+// What the mask covers is looked at now, when every mount under it is in place.
+int mask(const RawMountOp& op, int target, const char* path, int root_fd, const char** step) noexcept {
+  struct stat st {};
+  if (::fstat(target, &st) != 0) return *step = "stat mask target", errno;
+  if (S_ISDIR(st.st_mode))
+    return ::mount("tmpfs", path, op.fstype, op.flags, op.data) == 0 ? 0 : (*step = "mount mask", errno);
+  if (::mount(op.source, path, nullptr, MS_BIND, nullptr) != 0) return *step = "bind mask", errno;
+  return remount_bind(op, root_fd, step);
+}
+
 int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** step) noexcept {
   if (op.kind == MountKind::kSymlink) {
     char last[256];
@@ -553,16 +566,9 @@ int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** ste
       if (int bind_err = bind(op, path, rootfs_fd, step)) {
         rc = -1;
         errno = bind_err;
-      } else if (op.remount_flags) {
-        // The new mount now covers the target: remount it by the same name.
-        int top = resolve_target(root_fd, op.target, TargetCreate::kNone);
-        char top_path[32];
-        fd_path(top, top_path);
-        rc = top < 0 ? -1 : ::mount(nullptr, top_path, nullptr, op.remount_flags, nullptr);
-        int remount_err = errno;
-        if (top >= 0) ::close(top);
+      } else if (int remount_err = remount_bind(op, root_fd, step)) {
+        rc = -1;
         errno = remount_err;
-        if (rc != 0) *step = "remount";
       }
       break;
     case MountKind::kFilesystem:
@@ -572,6 +578,12 @@ int apply_one(const RawMountOp& op, int root_fd, int rootfs_fd, const char** ste
     case MountKind::kRemount:
       rc = ::mount(nullptr, path, nullptr, op.flags, nullptr);
       if (rc != 0) *step = "remount";
+      break;
+    case MountKind::kMask:
+      if (int mask_err = mask(op, target, path, root_fd, step)) {
+        rc = -1;
+        errno = mask_err;
+      }
       break;
     default:
       rc = -1;

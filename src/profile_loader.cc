@@ -521,6 +521,11 @@ void check_fork_server(const Draft& d) {
         d.mount_origins[i].fail("lies under " + f +
                                 ", which each run of a fork server (fork_server: true) mounts "
                                 "afresh, hiding this mount");
+  for (const auto& m : d.p.mask)
+    for (const auto& f : fresh)
+      if (m == f || m.rfind(f + "/", 0) == 0)
+        d.fork_server_origin->fail("cannot keep the mask on " + m + ": each forked run mounts " + f +
+                                   " afresh, uncovering it");
 }
 
 // Two things mounted on the same place inside: the later hides the earlier.

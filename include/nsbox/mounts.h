@@ -29,6 +29,8 @@ enum class MountKind {
   kBind,         // bind source on target (not recursive), then remount_flags if set
   kFilesystem,   // mount fstype on target with flags and data (proc, tmpfs, devpts)
   kRemount,      // change flags of the mount at target
+  kMask,         // hide target: a directory behind an empty read-only tmpfs (fstype, data, flags),
+                 // anything else behind source (/dev/null) bound read-only; decided when mounted
   kSymlink,      // symlink source -> target
   kPivotRoot,    // make the new root the root and detach the old one
 };
@@ -59,14 +61,15 @@ struct RawMountOp {
   bool optional;  // a missing target or source is skipped, not fatal
 };
 
-// The paths a sandbox hides: nsbox's built-in /proc files and directories
-// and the spec's masks, split by what is behind them inside (files behind
-// /dev/null, directories behind an empty read-only tmpfs).
+// The paths of /proc a sandbox hides: nsbox's built-in files and
+// directories and the spec's masks below /proc, split by what they are (a
+// fresh proc of the host's kernel has the host's shape). A fork server's run
+// mounts a /proc of its own and masks these in it.
 struct Masks {
   std::vector<std::string> files;
   std::vector<std::string> dirs;
 };
-Masks masks_for(const RunSpec& spec);
+Masks proc_masks_for(const RunSpec& spec);
 
 // A path field of /proc/self/mountinfo as it is: the kernel writes space,
 // tab, newline and backslash as a backslash and three octal digits.

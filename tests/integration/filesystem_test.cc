@@ -155,5 +155,23 @@ TEST(Filesystem, MasksHideFilesAndDirectories) {
   EXPECT_EQ(r.stdout_data, "0\n0\nsandbox\n");
 }
 
+TEST(Filesystem, MasksHideWhatIsThereWhenTheyAreMounted) {
+  // A directory and a file inside a host bind, and /dev/shm (a tmpfs nsbox
+  // makes): what is hidden is what the run would otherwise see there.
+  HostDir data;
+  fs::create_directory(data.path() + "/secret");
+  data.write("secret/key", "KEY");
+  data.write("token", "TOKEN");
+  data.write("public", "ok\n");
+  RunSpec spec = capture_spec({"sh", "-c",
+                               "ls -A /data/secret | wc -l; wc -c < /data/token; cat /data/public; "
+                               "touch /dev/shm/x 2>/dev/null && echo shm-writable; ls -A /dev/shm | wc -l"});
+  spec.binds = {{data.path(), "/data", true, false}};
+  spec.masks = {"/data/secret", "/data/token", "/dev/shm"};
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "0\n0\nok\n0\n");
+}
+
 }  // namespace
 }  // namespace nsbox::testing

@@ -151,11 +151,12 @@ TEST(MountPlan, TmpIsCappedAndProcIsFresh) {
 
 TEST(MountPlan, MasksHostKnobsInProc) {
   MountPlan plan = MountPlan::for_spec(spec_with_root("/usr"));
-  EXPECT_NE(find_step(plan, MountKind::kBind, "/proc/kcore"), nullptr);
-  EXPECT_NE(find_step(plan, MountKind::kBind, "/proc/sysrq-trigger"), nullptr);
-  const auto* sys = find_step(plan, MountKind::kFilesystem, "/proc/sys");
+  EXPECT_NE(find_step(plan, MountKind::kMask, "/proc/kcore"), nullptr);
+  EXPECT_NE(find_step(plan, MountKind::kMask, "/proc/sysrq-trigger"), nullptr);
+  const auto* sys = find_step(plan, MountKind::kMask, "/proc/sys");
   ASSERT_NE(sys, nullptr);
   EXPECT_NE(sys->flags & MS_RDONLY, 0u);
+  EXPECT_NE(sys->remount_flags & MS_RDONLY, 0u);
 }
 
 TEST(MountPlan, DevHasOnlyHarmlessDevices) {
