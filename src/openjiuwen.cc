@@ -71,6 +71,7 @@ void migrate_seccomp(const Field& f, Profile& p) {
   if (auto x86 = lists.get("x86_64")) {
     auto names = syscalls(*x86, "x86_64");
     if (!names.empty()) {
+      profile_yaml::require_execve(*x86, names);
       p.seccomp_allow = std::move(names);
       p.seccomp = "allow";
     }

@@ -326,6 +326,7 @@ void apply_seccomp_rules(const Field& f, Draft& d) {
   auto allow = m.get("allow");
   if (!allow) f.fail("missing key 'allow' (the system calls to allow)");
   d.p.seccomp_allow = syscall_list(*allow, "x86_64");
+  profile_yaml::require_execve(*allow, d.p.seccomp_allow);
   d.p.seccomp = "allow";
 }
 

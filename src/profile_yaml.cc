@@ -478,6 +478,11 @@ std::vector<std::string> syscall_names(const Field& f, const char* arch) {
   return names;
 }
 
+void require_execve(const Field& list, const std::vector<std::string>& names) {
+  if (std::find(names.begin(), names.end(), "execve") == names.end())
+    list.fail("must include execve: nsbox starts the program with it once the filter is in place");
+}
+
 const std::vector<std::string_view>& keys_of(const Schema& schema, std::string_view section) {
   for (const auto& s : schema) {
     if (s.path == section) return s.keys;

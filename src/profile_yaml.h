@@ -135,5 +135,8 @@ bool is_known_syscall(const std::string& name, const char* arch);
 
 // A YAML list of syscall names for arch: each known to libseccomp, none twice.
 std::vector<std::string> syscall_names(const Field& f, const char* arch);
+// An allow list must let the program start: the filter is in place before
+// nsbox's execve of it.
+void require_execve(const Field& list, const std::vector<std::string>& names);
 
 }  // namespace nsbox::profile_yaml

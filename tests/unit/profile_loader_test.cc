@@ -271,7 +271,7 @@ TEST(RoundTrip, ShippedProfiles) {
 
 TEST(RoundTrip, EveryKeyAwayFromItsDefault) {
   TempDir dir;
-  const std::string rules = dir.write("tight.rules", "allow: [read, write, exit_group, futex]\n");
+  const std::string rules = dir.write("tight.rules", "allow: [read, write, execve, exit_group, futex]\n");
   Profile p = load_profile_text(R"(name: everything
 limits:
   wall_time: 1500ms
@@ -332,10 +332,10 @@ user: {uid: 1000, gid: 1001}
         << e.what();
   }
 
-  Profile allow =
-      load_profile_text("name: allow\nseccomp: {allow: [read, write, exit_group]}\n", "allow.yaml", ProfileSearch{});
+  Profile allow = load_profile_text("name: allow\nseccomp: {allow: [read, write, execve, exit_group]}\n", "allow.yaml",
+                                    ProfileSearch{});
   EXPECT_EQ(allow.seccomp, "allow");
-  EXPECT_EQ(allow.seccomp_allow, (std::vector<std::string>{"read", "write", "exit_group"}));
+  EXPECT_EQ(allow.seccomp_allow, (std::vector<std::string>{"read", "write", "execve", "exit_group"}));
   expect_round_trip(allow);
 }
 
@@ -343,11 +343,11 @@ user: {uid: 1000, gid: 1001}
 
 TEST(SeccompRuleFile, IsReadAsTheProfileLoadsAndItsListCarriedInline) {
   TempDir dir;
-  const std::string rules =
-      dir.write("tight.rules", "# tenant x: what its jobs need\nallow:\n  - read\n  - write\n  - exit_group\n");
+  const std::string rules = dir.write(
+      "tight.rules", "# tenant x: what its jobs need\nallow:\n  - read\n  - write\n  - execve\n  - exit_group\n");
   Profile p = load_profile_text("name: filed\nseccomp: " + rules + "\n", "filed.yaml", ProfileSearch{});
   EXPECT_EQ(p.seccomp, "allow");
-  EXPECT_EQ(p.seccomp_allow, (std::vector<std::string>{"read", "write", "exit_group"}));
+  EXPECT_EQ(p.seccomp_allow, (std::vector<std::string>{"read", "write", "execve", "exit_group"}));
   const std::string yaml = to_yaml(p);
   EXPECT_EQ(yaml.find(rules), std::string::npos) << "the resolved profile names the file instead of its list:\n"
                                                  << yaml;
@@ -491,7 +491,7 @@ filesystem:
   tmpfs: [/home/sandbox]
   mask: [/proc/keys]
 env: {A: base, B: base}
-seccomp: {allow: [read, write, exit_group]}
+seccomp: {allow: [read, write, execve, exit_group]}
 user: {uid: 1000, gid: 1000}
 )");
   dir.write("mid.yaml", "name: mid\nextends: base\nenv: {B: mid, C: mid}\n");
