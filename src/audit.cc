@@ -168,27 +168,28 @@ RefusalBudget::Suppressed RefusalBudget::take_suppressed() { return std::exchang
 
 AuditLog::AuditLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd_ < 0) throw std::runtime_error("audit_log " + path + ": " + std::strerror(errno));
+  // O_NONBLOCK: a FIFO at the path must not hold the node's start in open().
+  fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  if (!fd_)
+    throw std::runtime_error("audit_log " + path + ": " +
+                             (errno == ENXIO ? "not a regular file (a FIFO without a reader)" : std::strerror(errno)));
   struct stat st {};
   std::string problem;
-  if (::fstat(fd_, &st) != 0)
+  if (::fstat(fd_.get(), &st) != 0)
     problem = std::strerror(errno);
   else if (!S_ISREG(st.st_mode))
     problem = "not a regular file";
-  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd_, 0600) != 0)
+  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd_.get(), 0600) != 0)
     problem = std::string("chmod 0600: ") + std::strerror(errno);
-  if (!problem.empty()) {
-    ::close(fd_);
-    throw std::runtime_error("audit_log " + path + ": " + problem);
-  }
+  else if (::fcntl(fd_.get(), F_SETFL, O_APPEND) != 0)
+    problem = std::string("fcntl: ") + std::strerror(errno);
+  if (!problem.empty()) throw std::runtime_error("audit_log " + path + ": " + problem);
 }
 
 AuditLog::~AuditLog() {
   std::lock_guard<std::mutex> lock(mutex_);
   write_suppressed_locked();
   if (lost_ > 0) append_locked("");  // one more try to say what was lost
-  if (fd_ >= 0) ::close(fd_);
 }
 
 bool AuditLog::write(const json& record) {
@@ -211,7 +212,7 @@ void AuditLog::write_suppressed() {
 
 bool AuditLog::writable() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return fd_ < 0 || lost_ == 0 || append_locked("");
+  return !fd_ || lost_ == 0 || append_locked("");
 }
 
 std::string AuditLog::failure() const {
@@ -231,7 +232,7 @@ void AuditLog::write_suppressed_locked() {
 }
 
 bool AuditLog::write_locked(const json& record) {
-  if (fd_ < 0) return true;
+  if (!fd_) return true;
   // ASCII only: a client's bidi or line-separator characters arrive escaped,
   // so that no viewer of the file shows a record other than it is.
   if (append_locked(record.dump(-1, ' ', true, json::error_handler_t::replace) + "\n")) return true;
@@ -257,7 +258,7 @@ bool AuditLog::append_locked(std::string line) {
   if (text.empty()) return true;
   size_t done = 0;
   while (done < text.size()) {
-    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    const ssize_t n = ::write(fd_.get(), text.data() + done, text.size() - done);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nsbox/unique_fd.h"
+
 namespace nsbox {
 
 struct AuditContext {
@@ -159,7 +161,7 @@ class AuditLog {
   bool append_locked(std::string line);
 
   std::string path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   mutable std::mutex mutex_;
   RefusalBudget refusals_{kRefusalLinesPerSecond, kRefusalLinesPerClientPerSecond};
   bool line_cut_ = false;  // the file ends inside a line a failed write began

@@ -743,6 +743,31 @@ TEST(Audit, RecordsAFullFileRefusesAreCountedAndSaidOnceItTakesThemAgain) {
   EXPECT_EQ(json::parse(lines[5])["event"], "after");
 }
 
+// A FIFO at the log's path (an operator's slip, or a log shipper's pipe)
+// must not hold the node's start in open() waiting for a reader.
+TEST(Audit, AFifoAtTheLogsPathIsRefusedAtOnce) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("nsbox-audit-fifo-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);  // a hang ends as SIGALRM, a failure of the test
+    try {
+      AuditLog log(path);
+    } catch (const std::runtime_error& e) {
+      ::_exit(std::string(e.what()).find("audit_log " + path + ": not a regular file") == 0 ? 1 : 2);
+    }
+    ::_exit(3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << "2: another error, 3: accepted";
+}
+
 TEST(PoolConfig, KeysSeparateProfilesAndLanguagesAndTheConfigRoundTrips) {
   const std::string a = "name: a\n", b = "name: b\n";
   EXPECT_EQ(pool_key(a, Language::kPython), pool_key(a, Language::kPython));
