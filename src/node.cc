@@ -714,7 +714,7 @@ AuditContext audit_context(const std::string& api, const TenantConfig& tenant, c
   ctx.api = api;
   ctx.client = req.remote_addr;
   ctx.code_sha256 = sha256_hex(job.request.exec.code);
-  ctx.profile_sha256 = sha256_hex(job.profile_yaml);
+  ctx.profile_sha256 = tenant.profile_sha256;  // the tenant the job was made from
   ctx.input_bytes = job.request.exec.inputs.dump().size();
   return ctx;
 }
@@ -1031,7 +1031,7 @@ json config_record(const char* event, const NodeConfig& c) {
   j["config"] = c.source;
   json tenants = json::array();
   for (const auto& t : c.tenants)
-    tenants.push_back({{"name", t.name}, {"profile", t.profile.name}, {"profile_sha256", sha256_hex(t.profile_yaml)}});
+    tenants.push_back({{"name", t.name}, {"profile", t.profile.name}, {"profile_sha256", t.profile_sha256}});
   j["tenants"] = std::move(tenants);
   json listeners = json::array();
   for (const auto& l : c.listeners) listeners.push_back(l.address());

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "nsbox/digest.h"
 #include "nsbox/fork_server.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/runtime.h"
@@ -120,7 +121,10 @@ void check_fork_requests(const Field& at, const std::string& ref, const Profile&
   }
 }
 
-void finish_tenant(TenantConfig& t) { t.profile_yaml = to_yaml(t.profile); }
+void finish_tenant(TenantConfig& t) {
+  t.profile_yaml = to_yaml(t.profile);
+  t.profile_sha256 = sha256_hex(t.profile_yaml);
+}
 
 ListenerConfig read_listener(const Field& f) {
   MapReader map(f, keys_of("listeners[]"));

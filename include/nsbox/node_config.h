@@ -31,11 +31,12 @@ struct ListenerConfig {
 
 struct TenantConfig {
   std::string name;
-  std::string token;          // empty: reachable only as a listener's tenant
-  std::string profile_ref;    // as written: a name or a path
-  Profile profile;            // loaded and validated
-  std::string profile_yaml;   // to_yaml(profile): what every run of it uses
-  uint32_t max_requests = 0;  // its requests admitted at once, running or queued (0: only the node's bounds)
+  std::string token;           // empty: reachable only as a listener's tenant
+  std::string profile_ref;     // as written: a name or a path
+  Profile profile;             // loaded and validated
+  std::string profile_yaml;    // to_yaml(profile): what every run of it uses
+  std::string profile_sha256;  // of profile_yaml, for the audit log
+  uint32_t max_requests = 0;   // its requests admitted at once, running or queued (0: only the node's bounds)
 };
 
 struct NodeConfig {

@@ -755,7 +755,12 @@ TEST_F(NodeWithTenants, AuditLogHasOneLinePerRunAfterItsStart) {
   EXPECT_EQ(every[1]["run_id"], line["run_id"]);
   EXPECT_EQ(every[1]["code_sha256"], sha256_hex(code));
   EXPECT_EQ(every[1]["profile_sha256"], line["profile_sha256"]);
+  // The digest of the profile the run used, as the node's start named it.
   EXPECT_EQ(line["profile_sha256"].get<std::string>().size(), 64u);
+  const json& tenants = every[0]["tenants"];
+  auto acme = std::find_if(tenants.begin(), tenants.end(), [](const json& t) { return t["name"] == "acme"; });
+  ASSERT_NE(acme, tenants.end()) << every[0];
+  EXPECT_EQ((*acme)["profile_sha256"], line["profile_sha256"]);
   EXPECT_EQ(line["tenant"], "acme");
   EXPECT_EQ(line["profile"], "default");
   EXPECT_EQ(line["language"], "python");
