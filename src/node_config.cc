@@ -216,6 +216,19 @@ std::string read_origin(const Field& f) {
   return o;
 }
 
+// Whether binding both would fail: a wildcard takes its port on every address
+// of its family, and "::" (dual-stack, as the node binds it) on IPv4's too.
+bool takes_the_same_port(const ListenerConfig& a, const ListenerConfig& b) {
+  if (a.port != b.port) return false;
+  auto v6 = [](const ListenerConfig& l) { return l.host.find(':') != std::string::npos; };
+  for (const auto* wild : {&a, &b}) {
+    const ListenerConfig& other = wild == &a ? b : a;
+    if (wild->host == "::") return true;
+    if (wild->host == "0.0.0.0" && !v6(other)) return true;
+  }
+  return false;
+}
+
 void check_references(const Field& top, const NodeConfig& c) {
   std::set<std::string> names, tokens, addresses;
   for (const auto& t : c.tenants) {
@@ -225,8 +238,13 @@ void check_references(const Field& top, const NodeConfig& c) {
   }
   if (!c.default_tenant.empty() && !c.tenant(c.default_tenant))
     top.fail("default_tenant " + c.default_tenant + " is not one of the tenants");
-  for (const auto& l : c.listeners) {
+  for (size_t i = 0; i < c.listeners.size(); ++i) {
+    const ListenerConfig& l = c.listeners[i];
     if (!addresses.insert(l.address()).second) top.fail("listener " + l.address() + " is defined twice");
+    for (size_t j = 0; j < i; ++j)
+      if (takes_the_same_port(c.listeners[j], l))
+        top.fail("listeners " + c.listeners[j].address() + " and " + l.address() +
+                 " cannot both listen: a wildcard address takes its port on every address");
     if (!l.tenant.empty() && !c.tenant(l.tenant))
       top.fail("listener " + l.address() + ": tenant " + l.tenant + " is not one of the tenants");
   }
@@ -244,13 +262,24 @@ ListenerConfig parse_listen_address(const std::string& text) {
   size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) throw std::invalid_argument(usage);
   std::string host = text.substr(0, colon);
-  if (host.front() == '[') {
+  const bool bracketed = host.front() == '[';
+  if (bracketed) {
     if (host.back() != ']') throw std::invalid_argument(usage);
     host = host.substr(1, host.size() - 2);
   }
+  // One spelling per address ("::0001" is "::1"), so that a listener given
+  // twice is found; an IPv6 address only in brackets ("::1:8080" is an
+  // address of its own, and no port).
   unsigned char buf[16];
-  if (::inet_pton(AF_INET, host.c_str(), buf) != 1 && ::inet_pton(AF_INET6, host.c_str(), buf) != 1)
+  char text_form[INET6_ADDRSTRLEN];
+  if (!bracketed && ::inet_pton(AF_INET, host.c_str(), buf) == 1) {
+    ::inet_ntop(AF_INET, buf, text_form, sizeof text_form);
+  } else if (bracketed && ::inet_pton(AF_INET6, host.c_str(), buf) == 1) {
+    ::inet_ntop(AF_INET6, buf, text_form, sizeof text_form);
+  } else {
     throw std::invalid_argument(usage);
+  }
+  host = text_form;
   int port = 0;
   std::string_view p(text.c_str() + colon + 1);
   auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);

@@ -153,6 +153,15 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
        "listener 127.0.0.1:1: tenant x is not one of the tenants"},
       {"listeners:\n  - address: 127.0.0.1:1\n  - address: 127.0.0.1:1\n" + std::string(kMinimal),
        "listener 127.0.0.1:1 is defined twice"},
+      {"listeners:\n  - address: '[::1]:1'\n  - address: '[0::0001]:1'\n" + std::string(kMinimal),
+       "listener [::1]:1 is defined twice"},
+      {"listeners:\n  - address: 127.0.0.1:1\n  - address: 0.0.0.0:1\n" + std::string(kMinimal),
+       "listeners 127.0.0.1:1 and 0.0.0.0:1 cannot both listen"},
+      {"listeners:\n  - address: '[::]:1'\n  - address: 127.0.0.1:1\n" + std::string(kMinimal),
+       "listeners [::]:1 and 127.0.0.1:1 cannot both listen"},
+      {"listeners:\n  - address: '::1:8080'\n" + std::string(kMinimal),
+       "\"::1:8080\" is not ADDRESS:PORT with an IP address (127.0.0.1:8080, [::1]:8080)"},
+      {"listeners:\n  - address: '[127.0.0.1]:1'\n" + std::string(kMinimal), "is not ADDRESS:PORT"},
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
       {std::string(kMinimal) + "limits:\n  request_timeout: 500ms\n", "limits.request_timeout"},
@@ -166,6 +175,16 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
     std::string e = load_error(tc.text);
     EXPECT_NE(e.find(tc.error), std::string::npos) << tc.text << "\n  got: " << e << "\n  want: " << tc.error;
   }
+}
+
+TEST(NodeConfig, ListenersOnOnePortWithDistinctAddressesAreFine) {
+  NodeConfig c = load(
+      "listeners:\n  - address: 127.0.0.1:1\n  - address: 127.0.0.2:1\n  - address: '[::1]:1'\n"
+      "  - address: '[0:0::0001]:2'\n" +
+      std::string(kMinimal));
+  ASSERT_EQ(c.listeners.size(), 4u);
+  EXPECT_EQ(c.listeners[2].address(), "[::1]:1");
+  EXPECT_EQ(c.listeners[3].address(), "[::1]:2") << "one spelling per address";
 }
 
 TEST(NodeConfig, InputThatMadeYamlCppLoopIsRefused) {
