@@ -43,7 +43,8 @@ struct Decimal {
   u128 integer = 0;
   u128 fraction = 0;
   u128 fraction_scale = 1;  // 10^(number of fraction digits)
-  bool too_long = false;
+  bool too_long = false;    // more integer digits than any limit has
+  bool too_fine = false;    // a non-zero digit past the fraction digits kept
   std::string_view unit;
 };
 
@@ -53,9 +54,11 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 // followed by a digit).
 bool split_decimal(std::string_view text, Decimal& out) {
   size_t i = 0;
+  size_t significant = 0;  // leading zeros do not make a number large
   while (i < text.size() && is_digit(text[i])) {
-    if (i >= kMaxIntegerDigits) out.too_long = true;
-    out.integer = out.integer * 10 + static_cast<unsigned>(text[i] - '0');
+    if (significant > 0 || text[i] != '0') ++significant;
+    if (significant > kMaxIntegerDigits) out.too_long = true;
+    if (!out.too_long) out.integer = out.integer * 10 + static_cast<unsigned>(text[i] - '0');
     ++i;
   }
   if (i == 0) return false;
@@ -63,7 +66,7 @@ bool split_decimal(std::string_view text, Decimal& out) {
     size_t start = ++i;
     while (i < text.size() && is_digit(text[i])) {
       if (i - start >= kMaxFractionDigits) {
-        out.too_long = true;
+        if (text[i] != '0') out.too_fine = true;
       } else {
         out.fraction = out.fraction * 10 + static_cast<unsigned>(text[i] - '0');
         out.fraction_scale *= 10;
@@ -84,7 +87,7 @@ u128 scale_decimal(const Decimal& d, uint64_t factor, u128 max, const std::strin
                    const char* whole_unit) {
   if (d.too_long) throw std::invalid_argument(what + " " + quoted(text) + " is too large");
   u128 frac = d.fraction * factor;
-  if (frac % d.fraction_scale != 0) {
+  if (d.too_fine || frac % d.fraction_scale != 0) {
     throw std::invalid_argument(what + " " + quoted(text) + " is not a whole number of " + whole_unit);
   }
   u128 value = d.integer * factor + frac / d.fraction_scale;

@@ -56,6 +56,14 @@ TEST(ParseSize, RefusesWithWhatWasExpected) {
   EXPECT_EQ(size_error("16777216TiB"), "size \"16777216TiB\" is too large");
   EXPECT_EQ(size_error("18446744073709551616B"), "size \"18446744073709551616B\" is too large");
   EXPECT_EQ(size_error("999999999999999999999999B"), "size \"999999999999999999999999B\" is too large");
+  EXPECT_EQ(size_error("1.0000000000000000000001KiB"),
+            "size \"1.0000000000000000000001KiB\" is not a whole number of bytes");
+}
+
+TEST(ParseSize, LeadingAndTrailingZerosDoNotMakeANumberLarge) {
+  EXPECT_EQ(parse_size("0000000000000000000000064MiB"), 64ull << 20);
+  EXPECT_EQ(parse_size("1.00000000000000000000000GiB"), 1ull << 30);
+  EXPECT_EQ(parse_duration("00000000000000000000000001.5000000000000000000000s"), milliseconds(1500));
 }
 
 TEST(ParseDuration, Units) {
