@@ -1,6 +1,6 @@
 #include "nsbox/seccomp.h"
 
-#include <linux/netlink.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -91,7 +91,26 @@ constexpr DenyRule kDenyRules[] = {
     {"io_uring_setup", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
     {"io_uring_enter", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
     {"io_uring_register", ENOSYS, "io_uring bypasses seccomp and is a frequent source of kernel bugs"},
+    {"io_setup", ENOSYS, "native AIO contexts are counted host-wide (fs.aio-max-nr): one run could take them all"},
+    {"io_destroy", ENOSYS, "native AIO, as io_setup"},
+    {"io_submit", ENOSYS, "native AIO, as io_setup"},
+    {"io_cancel", ENOSYS, "native AIO, as io_setup"},
+    {"io_getevents", ENOSYS, "native AIO, as io_setup"},
+    {"io_pgetevents", ENOSYS, "native AIO, as io_setup"},
+    {"memfd_secret", ENOSYS, "each secret page splits the kernel's direct map for good"},
+    {"openat2", ENOSYS, "its flags live in memory seccomp cannot inspect (O_DIRECT); glibc and runtimes use openat"},
 };
+
+// Calls that answer success and do nothing: sync flushes every filesystem
+// of the host; nothing of a run's needs it (its tmpfs has no disk, and what
+// it writes to a host directory reaches the disk with the host's writeback).
+constexpr const char* kNoOpCalls[] = {"sync", "syncfs"};
+constexpr const char* kNoOpReason = "flushing the host's filesystems: a way to load the host's disks";
+
+// O_DIRECT reads and writes go to the disk each time, past the page cache
+// and past any memory limit: unthrottled host I/O. open, openat and
+// fcntl(F_SETFL) with it answer EINVAL, as a filesystem without it does.
+constexpr const char* kDirectIoReason = "O_DIRECT bypasses the page cache: unthrottled host disk I/O";
 
 // Namespace flags that clone(2) may not carry: a nested namespace is kernel
 // attack surface the workload has no use for.
@@ -108,19 +127,19 @@ constexpr std::pair<unsigned long, const char*> kDeniedIoctls[] = {
     {TIOCLINUX, "TIOCLINUX"},
 };
 
-// The socket families a run may use: unix sockets, IP (its network
+// The socket families a run may use: unix sockets and IP (its network
 // namespace holds only lo, and the egress proxy's path when a profile
-// allows egress) and netlink, through which glibc's getaddrinfo and
-// if_nameindex read the run's own interfaces. Every other family is kernel
-// attack surface no run needs (AF_ALG, RDS, TIPC, CAN, ...), and AF_VSOCK
-// is not confined by the network namespace at all: on a VM host it
-// reaches the hypervisor and its other guests.
-constexpr int kSocketFamilies[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
-constexpr const char* kSocketFamiliesText = "AF_UNIX, AF_INET, AF_INET6, AF_NETLINK";
-// Netlink only as NETLINK_ROUTE (the interfaces and addresses): the other
-// protocols (audit, uevents, socket diagnostics, generic families) are more
-// of the same surface.
-constexpr int kNetlinkProtocol = NETLINK_ROUTE;
+// allows egress). Every other family is kernel attack surface no run needs
+// (AF_ALG, RDS, TIPC, CAN, ...), and AF_VSOCK is not confined by the network
+// namespace at all: on a VM host it reaches the hypervisor and its other
+// guests.
+constexpr int kSocketFamilies[] = {AF_UNIX, AF_INET, AF_INET6};
+constexpr const char* kSocketFamiliesText = "AF_UNIX, AF_INET, AF_INET6";
+// Netlink answers EAFNOSUPPORT, in the kernel, as a kernel without it would:
+// its queued messages are charged to no memory cgroup (a run held a GiB of
+// them under a 64 MiB limit), and glibc (getaddrinfo, which opens one to
+// sort addresses) goes on without it.
+constexpr const char* kNetlinkReason = "netlink's queued messages are charged to no memory cgroup";
 // socket(2)'s type without SOCK_NONBLOCK and SOCK_CLOEXEC (the kernel's
 // SOCK_TYPE_MASK).
 constexpr uint64_t kSocketTypeMask = 0xf;
@@ -274,6 +293,48 @@ void allow_low_word_except(scmp_filter_ctx ctx, const char* syscall, unsigned ar
   if (next <= 0xffffffffull) allow_range(next, 0xffffffffull);
 }
 
+void add_netlink_refusal(scmp_filter_ctx ctx) {
+  check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), resolve("socket"), 1, SCMP_A0_64(SCMP_CMP_EQ, AF_NETLINK)),
+        "socket netlink");
+}
+
+// The rules every policy has, whatever it allows: the no-op calls, and
+// O_DIRECT refused. `allow_rest` (allow lists) adds the calls' other uses
+// as allowed, when the list has them.
+void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules,
+                      const std::set<std::string>* allow_rest) {
+  for (const char* call : kNoOpCalls) {
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(0), resolve(call), 0), call);
+    rules.push_back({call, "", "success, nothing done", kNoOpReason});
+  }
+  struct FlagsArg {
+    const char* call;
+    unsigned arg;
+  };
+  for (const auto& [call, arg] : {FlagsArg{"open", 1}, FlagsArg{"openat", 2}}) {
+    if (allow_rest && !allow_rest->count(call)) continue;
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve(call), 1,
+                           SCMP_CMP32(arg, SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
+          call);
+    if (allow_rest)
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve(call), 1, SCMP_CMP32(arg, SCMP_CMP_MASKED_EQ, O_DIRECT, 0)),
+            call);
+    rules.push_back({call, "flags has O_DIRECT", "EINVAL", kDirectIoReason});
+  }
+  if (!allow_rest || allow_rest->count("fcntl")) {
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve("fcntl"), 2, SCMP_A1_32(SCMP_CMP_EQ, F_SETFL),
+                           SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
+          "fcntl");
+    if (allow_rest) {
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("fcntl"), 1, SCMP_A1_32(SCMP_CMP_NE, F_SETFL)), "fcntl");
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("fcntl"), 2, SCMP_A1_32(SCMP_CMP_EQ, F_SETFL),
+                             SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_DIRECT, 0)),
+            "fcntl");
+    }
+    rules.push_back({"fcntl", "command is F_SETFL, flags has O_DIRECT", "EINVAL", kDirectIoReason});
+  }
+}
+
 // The highest x86_64 syscall number libseccomp has a name for.
 int newest_known_syscall() {
   int newest = 0;
@@ -285,15 +346,15 @@ int newest_known_syscall() {
   return newest;
 }
 
-// socket(2) of a family outside kSocketFamilies, of netlink with another
-// protocol, or of AF_INET with SOCK_PACKET (which the kernel turns into a
-// packet socket), and socketpair(2) of anything but AF_UNIX get `action`.
+// socket(2) of a family outside kSocketFamilies or of AF_INET with
+// SOCK_PACKET (which the kernel turns into a packet socket), and
+// socketpair(2) of anything but AF_UNIX get `action`; netlink gets
+// EAFNOSUPPORT.
 void deny_other_socket_families(scmp_filter_ctx ctx, uint32_t action) {
-  deny_arg_except(ctx, action, "socket", 0,
-                  std::vector<uint32_t>(std::begin(kSocketFamilies), std::end(kSocketFamilies)));
-  check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
-                         SCMP_A2_32(SCMP_CMP_NE, kNetlinkProtocol)),
-        "socket netlink");
+  std::vector<uint32_t> except(std::begin(kSocketFamilies), std::end(kSocketFamilies));
+  except.push_back(AF_NETLINK);  // its own answer, below
+  deny_arg_except(ctx, action, "socket", 0, except);
+  add_netlink_refusal(ctx);
   check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
                          SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, SOCK_PACKET)),
         "socket SOCK_PACKET");
@@ -340,8 +401,9 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
   rules.push_back({"(newer)", "number above the newest this libseccomp names, up to 511", "ENOSYS",
                    "calls newer than the policy are kernel surface no rule has weighed; runtimes fall back"});
   deny_other_socket_families(ctx.get(), action(EPERM));
-  rules.push_back({"socket", std::string("family is not ") + kSocketFamiliesText, eperm, kSocketFamilyReason});
-  rules.push_back({"socket", "family is AF_NETLINK, protocol is not NETLINK_ROUTE", eperm, kSocketFamilyReason});
+  rules.push_back(
+      {"socket", std::string("family is not ") + kSocketFamiliesText + " or AF_NETLINK", eperm, kSocketFamilyReason});
+  rules.push_back({"socket", "family is AF_NETLINK", "EAFNOSUPPORT", kNetlinkReason});
   rules.push_back({"socket", "family is AF_INET, type is SOCK_PACKET", eperm, "a packet socket under another name"});
   rules.push_back({"socketpair", "family is not AF_UNIX", eperm, kSocketFamilyReason});
   check(
@@ -349,6 +411,7 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
       "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", eperm,
                    "changing the execution domain, e.g. disabling ASLR"});
+  add_common_rules(ctx.get(), rules, nullptr);
 
   program.finish(ctx.get());
   return program;
@@ -364,6 +427,13 @@ bool must_deny(const std::string& name, int* err) {
     }
   }
   return false;
+}
+
+// Calls add_common_rules answers for, or allows only in part.
+bool is_common_rule_call(const std::string& name) {
+  for (const char* call : kNoOpCalls)
+    if (name == call) return true;
+  return name == "open" || name == "openat" || name == "fcntl";
 }
 
 unsigned long namespace_flag_mask() {
@@ -390,13 +460,16 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
       rules.push_back({rule.syscall, "", "ENOSYS", rule.reason});
     }
   }
+  const std::set<std::string> listed(syscalls.begin(), syscalls.end());
+  add_common_rules(ctx.get(), rules, &listed);
   std::set<std::string> seen;
   for (const auto& name : syscalls) {
     if (!seen.insert(name).second) continue;
     if (seccomp_syscall_resolve_name(name.c_str()) == __NR_SCMP_ERROR)
       throw SysError("seccomp allow list", "unknown syscall " + name, EINVAL);
     int err = 0;
-    if (must_deny(name, &err)) continue;  // nsbox's deny rules win over any list
+    if (must_deny(name, &err)) continue;      // nsbox's deny rules win over any list
+    if (is_common_rule_call(name)) continue;  // add_common_rules allowed what it may
     if (name == "clone") {
       check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("clone"), 1,
                              SCMP_A0_64(SCMP_CMP_MASKED_EQ, namespace_flag_mask(), 0)),
@@ -409,12 +482,10 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
       rules.push_back(
           {"ioctl", "request (its low 32 bits) is not TIOCSTI or TIOCLINUX", "ALLOW", "terminal and device control"});
     } else if (name == "socket") {
+      add_netlink_refusal(ctx.get());
+      rules.push_back({"socket", "family is AF_NETLINK", "EAFNOSUPPORT", kNetlinkReason});
       for (const int family : kSocketFamilies) {
-        if (family == AF_NETLINK) {
-          check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_NETLINK),
-                                 SCMP_A2_32(SCMP_CMP_EQ, kNetlinkProtocol)),
-                "socket netlink");
-        } else if (family == AF_INET) {
+        if (family == AF_INET) {
           for (const int type : kInetSocketTypes)
             check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
                                    SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, static_cast<uint64_t>(type))),
@@ -424,10 +495,8 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
                 "socket");
         }
       }
-      rules.push_back(
-          {"socket",
-           std::string("family is ") + kSocketFamiliesText + " (netlink: NETLINK_ROUTE only; AF_INET: not SOCK_PACKET)",
-           "ALLOW", kSocketFamilyReason});
+      rules.push_back({"socket", std::string("family is ") + kSocketFamiliesText + " (AF_INET: not SOCK_PACKET)",
+                       "ALLOW", kSocketFamilyReason});
     } else if (name == "socketpair") {
       check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socketpair"), 1, SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)),
             "socketpair");

@@ -28,7 +28,8 @@ NR = {
     "swapoff": 168, "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
     "quotactl": 179, "quotactl_fd": 443, "lookup_dcookie": 212, "uselib": 134, "vhangup": 153,
     "socket": 41, "socketpair": 53, "modify_ldt": 154, "statmount": 457, "listmount": 458, "mseal": 462,
-    "open_tree_attr": 467, "file_getattr": 468,
+    "open_tree_attr": 467, "file_getattr": 468, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
+    "io_submit": 209, "memfd_secret": 447, "open": 2, "openat": 257, "fcntl": 72, "openat2": 437,
 }
 
 

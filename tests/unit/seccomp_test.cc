@@ -1,5 +1,6 @@
 #include "nsbox/seccomp.h"
 
+#include <fcntl.h>
 #include <linux/netlink.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -144,7 +145,34 @@ TEST(DefaultPolicy, RefusesSocketsOfOtherFamiliesInTheFilterItself) {
                                       {SYS_socket, AF_INET6, SOCK_DGRAM, 0},
                                       {SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE},
                                       {SYS_socketpair, AF_UNIX, SOCK_STREAM, 0, reinterpret_cast<long>(pair)}});
-  EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0, 0, 0, 0}));
+  // Netlink, which every Linux has, answers EAFNOSUPPORT: its queued
+  // messages are charged to no memory cgroup.
+  EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, EAFNOSUPPORT, ENOSYS, 0, 0, EAFNOSUPPORT, 0}));
+}
+
+// What every policy answers in the kernel, whatever else it allows: native
+// AIO, memfd_secret and openat2 ENOSYS; sync and syncfs succeed doing
+// nothing (the kernel would say EBADF to syncfs(-1)); O_DIRECT EINVAL (the
+// kernel would say ENOENT for this path, EBADF for fd -1).
+TEST(EveryPolicy, AnswersHostWideIoAndAioCallsInTheFilterItself) {
+  const long path = reinterpret_cast<long>("/nsbox-no-such-file");
+  const std::vector<std::array<long, 5>> calls = {{SYS_io_setup, 1, 0, 0, 0},
+                                                  {SYS_io_submit, 0, 0, 0, 0},
+                                                  {SYS_memfd_secret, 0, 0, 0, 0},
+                                                  {SYS_openat2, AT_FDCWD, path, 0, 0},
+                                                  {SYS_sync, 0, 0, 0, 0},
+                                                  {SYS_syncfs, -1, 0, 0, 0},
+                                                  {SYS_open, path, O_RDONLY | O_DIRECT, 0, 0},
+                                                  {SYS_openat, AT_FDCWD, path, O_WRONLY | O_DIRECT | kHighJunk, 0},
+                                                  {SYS_fcntl, -1, F_SETFL, O_DIRECT | O_NONBLOCK, 0},
+                                                  {SYS_open, path, O_RDONLY, 0, 0},
+                                                  {SYS_fcntl, -1, F_SETFL, O_NONBLOCK, 0},
+                                                  {SYS_fcntl, -1, F_GETFL, O_DIRECT, 0}};
+  const std::vector<int> expected = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0,     0,
+                                     EINVAL, EINVAL, EINVAL, ENOENT, EBADF, EBADF};
+  EXPECT_EQ(answers_under(SeccompProgram::default_policy(), calls), expected);
+  EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), calls), expected);
+  EXPECT_EQ(answers_under(SeccompProgram::fork_server_policy(), calls), expected);
 }
 
 // On a kernel with them (6.8 and later), these calls reach the kernel
