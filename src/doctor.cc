@@ -27,6 +27,7 @@
 #include "nsbox/rlimits.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/unique_fd.h"
+#include "nsbox/units.h"
 #include "nsbox/userns.h"
 
 namespace nsbox {
@@ -206,6 +207,12 @@ void check_seccomp(Report& r) {
   }
 }
 
+// What the kernel's objects cost a run's memory cgroup, measured (an epoll
+// watch with its eventfd; a file mapped and closed, which no RLIMIT_NOFILE
+// counts), so how many a run's memory limit lets it hold.
+constexpr uint64_t kEpollWatchBytes = 250;
+constexpr uint64_t kOpenFileBytes = 430;
+
 // A quota of host root's that the kernel charges every run's use to (it
 // owns the runs' user namespaces): the runs alive at once may together hold
 // runs x per_run, which must leave some to host root's own programs.
@@ -228,6 +235,28 @@ void check_charged_quota(Report& r, const std::string& what, const std::string& 
   }
 }
 
+// A host-wide count the kernel bounds a run's share of only through the
+// objects' memory, charged to the run: the runs alive at once may hold
+// runs x memory / bytes_each (measured sizes) before the count runs out
+// for everyone else (`who_else`).
+void check_memory_bounded_count(Report& r, const std::string& what, const std::string& host_name,
+                                std::optional<uint64_t> host_max, uint64_t runs, uint64_t memory, uint64_t bytes_each,
+                                const std::string& who_else) {
+  const uint64_t all = runs * (memory / bytes_each);
+  const std::string held = std::to_string(runs) + " x " + format_size(memory) + " / " + std::to_string(bytes_each) +
+                           " bytes = " + std::to_string(all);
+  if (!host_max) {
+    r.line(false, false, what, host_name + " cannot be read; the runs may hold " + held);
+  } else if (all < *host_max) {
+    r.line(true, false, what, host_name + "=" + std::to_string(*host_max) + "; the runs hold at most " + held);
+  } else {
+    r.line(false, false, what,
+           host_name + "=" + std::to_string(*host_max) + "; the runs could hold " + held + ": all of it, and " +
+               who_else + ". Raise it above " + std::to_string(all) +
+               ", or lower max_concurrent or limits.memory (docs/SECURITY.md)");
+  }
+}
+
 std::optional<uint64_t> read_count(const std::string& path) {
   const std::string text = read_file(path);
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
@@ -241,9 +270,11 @@ void check_host_quotas(Report& r, const DoctorOptions& options) {
   r.out << "host root's per-user quotas\n";
   uint64_t instances = 0;
   uint64_t watches = 0;
+  uint64_t memory = 0;
   auto take_largest = [&](const Profile& p) {
     instances = std::max(instances, p.limits.inotify_instances);
     watches = std::max(watches, p.limits.inotify_watches);
+    memory = std::max(memory, p.limits.memory);
   };
   for (const TenantConfig& tenant : options.node.tenants) take_largest(tenant.profile);
   for (const Profile& profile : options.profiles) take_largest(profile);
@@ -254,6 +285,13 @@ void check_host_quotas(Report& r, const DoctorOptions& options) {
                       read_count("/proc/sys/fs/inotify/max_user_instances"), runs, instances);
   check_charged_quota(r, "inotify watches", "fs.inotify.max_user_watches",
                       read_count("/proc/sys/fs/inotify/max_user_watches"), runs, watches);
+  // Counted per host user (every sandbox's is one) or host-wide, and bounded
+  // for a run only by its memory (docs/SECURITY.md).
+  check_memory_bounded_count(r, "epoll watches", "fs.epoll.max_user_watches",
+                             read_count("/proc/sys/fs/epoll/max_user_watches"), runs, memory, kEpollWatchBytes,
+                             "every other run's epoll_ctl fails with ENOSPC");
+  check_memory_bounded_count(r, "open files", "fs.file-max", read_count("/proc/sys/fs/file-max"), runs, memory,
+                             kOpenFileBytes, "the host's other processes get ENFILE");
   // Each run's RLIMIT_SIGPENDING (charged_rlimits()); host root's programs
   // are checked against their own, which nsbox serve's usually equals.
   uint64_t signals = kRunPendingSignals;

@@ -1,5 +1,6 @@
 #include "nsbox/io.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,7 +16,39 @@ namespace nsbox {
 
 OutputCapture::OutputCapture(UniqueFd fd, uint64_t cap) : fd_(std::move(fd)), cap_(cap) {}
 
+namespace {
+
+// Where output past the cap goes: the process's one /dev/null, opened on
+// first use (-1 if it cannot be: the output is then read and dropped).
+int dev_null() {
+  static const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  return fd;
+}
+
+constexpr int kDiscardPipeBytes = 1 << 20;
+
+// Moves what a pipe holds to /dev/null without copying it through this
+// process. Returns what splice(2) does; -1 with EINVAL for a source that is
+// not a pipe.
+ssize_t discard(int fd) {
+  const int null_fd = dev_null();
+  if (null_fd < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  return ::splice(fd, nullptr, null_fd, nullptr, size_t{1} << 20, SPLICE_F_NONBLOCK);
+}
+
+}  // namespace
+
 void OutputCapture::on_readable() {
+  if (truncated_) {
+    const ssize_t n = discard(fd_.get());
+    if (n == 0) fd_.reset();
+    rest_until_ = std::chrono::steady_clock::now() + kDiscardPace;
+    if (n >= 0 || errno == EINTR || errno == EAGAIN) return;
+    if (errno != EINVAL) throw SysError("splice", "sandbox output", errno);
+  }
   char buf[65536];
   ssize_t n = ::read(fd_.get(), buf, sizeof(buf));
   if (n < 0) {
@@ -29,7 +62,13 @@ void OutputCapture::on_readable() {
   const uint64_t room = cap_ > data_.size() ? cap_ - data_.size() : 0;
   const size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
   data_.append(buf, keep);
-  if (keep < static_cast<size_t>(n)) truncated_ = true;
+  if (keep < static_cast<size_t>(n)) {
+    truncated_ = true;
+    // Each paced drop empties the pipe: a larger one keeps a program that
+    // merely prints a lot past the cap from waiting long for it (its pages
+    // are the writer's, charged to the run). Best effort.
+    ::fcntl(fd_.get(), F_SETPIPE_SZ, kDiscardPipeBytes);
+  }
 }
 
 bool readable_now(int fd) {

@@ -23,6 +23,12 @@ const char* resource_name(int resource) {
       return "RLIMIT_MSGQUEUE";
     case RLIMIT_SIGPENDING:
       return "RLIMIT_SIGPENDING";
+    case RLIMIT_RTPRIO:
+      return "RLIMIT_RTPRIO";
+    case RLIMIT_NICE:
+      return "RLIMIT_NICE";
+    case RLIMIT_MEMLOCK:
+      return "RLIMIT_MEMLOCK";
     default:
       return "rlimit";
   }
@@ -46,6 +52,13 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
       {RLIMIT_CORE, {0, 0}},
       {RLIMIT_NOFILE, {limits.open_files, limits.open_files}},
       {RLIMIT_FSIZE, {limits.file_size, limits.file_size}},
+      // Set, not inherited from whoever started nsbox (a unit's LimitRTPRIO=
+      // would let a run take a CPU with real-time scheduling): no real-time
+      // priority, no raised priority, and locked memory only as much as the
+      // kernel's old default.
+      {RLIMIT_RTPRIO, {0, 0}},
+      {RLIMIT_NICE, {0, 0}},
+      {RLIMIT_MEMLOCK, {kRunLockedBytes, kRunLockedBytes}},
   };
 }
 

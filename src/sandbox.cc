@@ -294,27 +294,35 @@ Observation supervise(Watch w) {
     if (!init_running && !pipes_open) break;
     if (drain_deadline && Clock::now() >= *drain_deadline) break;
 
+    int timeout_ms = -1;
+    auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
     pollfd fds[11];
     int n = 0;
     auto add = [&](int fd) {
       fds[n] = {fd, POLLIN, 0};
       return n++;
     };
+    // Output past its cap is read at OutputCapture's pace, not as it comes.
+    const Clock::time_point now = Clock::now();
+    auto add_capture = [&](OutputCapture* c) {
+      if (!c || !c->open()) return -1;
+      if (!c->resting(now)) return add(c->fd());
+      shorten(ms_until(c->rest_until()));
+      return -1;
+    };
     int i_proc = init_running ? add(w.proc.pidfd()) : -1;
     int i_err = w.error_fd ? add(w.error_fd.get()) : -1;
     int i_rep = w.report_fd ? add(w.report_fd.get()) : -1;
-    int i_out = w.out && w.out->open() ? add(w.out->fd()) : -1;
-    int i_errout = w.err && w.err->open() ? add(w.err->fd()) : -1;
+    int i_out = add_capture(w.out);
+    int i_errout = add_capture(w.err);
     int i_cancel = init_running && !obs.cancelled && w.cancel_fd >= 0 ? add(w.cancel_fd) : -1;
-    int i_fd3 = w.fd3 && w.fd3->open() ? add(w.fd3->fd()) : -1;
+    int i_fd3 = add_capture(w.fd3);
     int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
     if (i_in >= 0) fds[i_in].events = POLLOUT;
     int i_nsock = w.notify_sock ? add(w.notify_sock.get()) : -1;
     int i_listen = w.listener ? add(w.listener.get()) : -1;
     int i_psock = w.proxy_sock ? add(w.proxy_sock.get()) : -1;
 
-    int timeout_ms = -1;
-    auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
     const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled;
     if (init_running && w.deadline && !killing) shorten(ms_until(*w.deadline));
     if (init_running && enforce_cpu && !killing) shorten(ms_until(next_cpu_check));

@@ -25,11 +25,20 @@ class OutputCapture {
   std::string& data() { return data_; }
   bool truncated() const { return truncated_; }
 
+  // Past the cap, what comes is dropped, at most once every kDiscardPace:
+  // between two drops the pipe fills and the writer waits, so a run
+  // flooding its output cannot make nsbox spend as much CPU as the run.
+  static constexpr std::chrono::milliseconds kDiscardPace{10};
+  // Whether to leave the fd unread until rest_until().
+  bool resting(std::chrono::steady_clock::time_point now) const { return now < rest_until_; }
+  std::chrono::steady_clock::time_point rest_until() const { return rest_until_; }
+
  private:
   UniqueFd fd_;
   uint64_t cap_;
   std::string data_;
   bool truncated_ = false;
+  std::chrono::steady_clock::time_point rest_until_{};
 };
 
 // Whether fd has an event now, without waiting: data or end of file to

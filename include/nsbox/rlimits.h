@@ -34,7 +34,12 @@ inline constexpr rlim_t kRunPendingSignals = 1024;
 // together may have charged through it.
 std::vector<RlimitSetting> charged_rlimits();
 
-// core 0 (no dumps of sandbox memory), nofile, fsize from the limits.
+// Memory a run's process may lock (RLIMIT_MEMLOCK): the kernel's default
+// before 5.16. No runtime in the rootfs locks memory.
+inline constexpr rlim_t kRunLockedBytes = 64 << 10;
+
+// core 0 (no dumps of sandbox memory), nofile, fsize from the limits;
+// rtprio 0, nice 0 and memlock kRunLockedBytes whatever nsbox was given.
 std::vector<RlimitSetting> rlimits_for(const Limits& limits);
 
 // Under limits.best_effort, what stands in for cgroup limits the host cannot

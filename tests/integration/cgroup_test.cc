@@ -156,6 +156,34 @@ TEST_F(Cgroups, MemoryBombEndsAsOomWithoutHurtingTheHost) {
   EXPECT_GT(mem_available_kib(), before - 256 * 1024);
 }
 
+// Socket buffers count against the run's memory: v1 charges them only once
+// memory.kmem.tcp.limit_in_bytes is set (v2 always does). Forty loopback
+// connections whose data nobody reads held 382 MiB of the host's memory
+// under a 64 MiB limit before nsbox set it.
+TEST_F(Cgroups, SocketBuffersAreBoundedByTheRunsMemoryLimit) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import socket\n"
+                               "listener = socket.socket(); listener.bind(('127.0.0.1', 0)); listener.listen(64)\n"
+                               "held, total = [], 0\n"
+                               "for _ in range(40):\n"
+                               "    c = socket.socket()\n"
+                               "    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
+                               "    c.connect(listener.getsockname()); c.setblocking(False)\n"
+                               "    held += [c, listener.accept()[0]]\n"
+                               "    try:\n"
+                               "        while True: total += c.send(b'x' * (1 << 20))\n"
+                               "    except BlockingIOError:\n"
+                               "        pass\n"
+                               "print(total >> 20)\n"});
+  spec.limits.cgroup.memory_bytes = 64 << 20;
+  spec.limits.wall_time = std::chrono::seconds(20);
+  Result r = run_with(spec);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  const int queued_mib = std::stoi(r.stdout_data);
+  EXPECT_GT(queued_mib, 0);
+  EXPECT_LT(queued_mib, 160) << "MiB queued in socket buffers under a 64 MiB limit";
+}
+
 TEST_F(Cgroups, ForkBombStopsAtPidsMaxAndTheRunEndsOnTime) {
   RunSpec spec = capture_spec({"python3", "-c",
                                "import os\n"

@@ -50,6 +50,46 @@ TEST(Doctor, ReportsWhatEachProfileWouldLoseHere) {
 // Host root's inotify instances, as the kernel allows them now.
 uint64_t host_inotify_instances() { return std::stoull(slurp("/proc/sys/fs/inotify/max_user_instances")); }
 
+// Open files (fs.file-max, host-wide) and epoll watches (per host user, one
+// for every sandbox) are bounded for a run only by its memory: doctor sizes
+// them by max_concurrent x the largest limits.memory, read from the host.
+TEST(Doctor, SizesOpenFilesAndEpollWatchesByTheRunsMemory) {
+  TempDir dir;
+  dir.write("small.yaml", "name: small\nextends: default\nlimits:\n  memory: 64MiB\n");
+  const uint64_t file_max = std::stoull(slurp("/proc/sys/fs/file-max"));
+  const uint64_t watch_max = std::stoull(slurp("/proc/sys/fs/epoll/max_user_watches"));
+  const uint64_t files_each = (64ull << 20) / 430, watches_each = (64ull << 20) / 250;
+  const uint64_t fitting = std::min(file_max / files_each, watch_max / watches_each) - 1;
+  const uint64_t too_many = std::max(file_max / files_each, watch_max / watches_each) + 1;
+  if (fitting < 1 || too_many > 4096) GTEST_SKIP() << "this host's counts do not fit 1..4096 runs of 64 MiB";
+  auto node = [&](uint64_t runs) {
+    return dir.write("node-" + std::to_string(runs) + ".yaml",
+                     "tenants:\n  - {name: a, profile: " + dir.path() +
+                         "/small.yaml}\nlimits:\n  max_concurrent: " + std::to_string(runs) + "\n");
+  };
+  CliResult ok = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", node(fitting)});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("ok    open files: fs.file-max=" + std::to_string(file_max) + "; the runs hold at most " +
+                        std::to_string(fitting) + " x 64MiB / 430 bytes = " + std::to_string(fitting * files_each)),
+            std::string::npos)
+      << ok.out;
+  EXPECT_NE(ok.out.find("ok    epoll watches: fs.epoll.max_user_watches=" + std::to_string(watch_max)),
+            std::string::npos)
+      << ok.out;
+  CliResult warned = run_cli({"doctor", "--rootfs", test_rootfs(), "--config", node(too_many)});
+  EXPECT_EQ(warned.exit_code, 0) << warned.out << warned.err;
+  EXPECT_NE(
+      warned.out.find("warn  open files: fs.file-max=" + std::to_string(file_max) + "; the runs could hold " +
+                      std::to_string(too_many) + " x 64MiB / 430 bytes = " + std::to_string(too_many * files_each) +
+                      ": all of it, and the host's other processes get ENFILE"),
+      std::string::npos)
+      << warned.out;
+  EXPECT_NE(warned.out.find("warn  epoll watches: fs.epoll.max_user_watches=" + std::to_string(watch_max) +
+                            "; the runs could hold"),
+            std::string::npos)
+      << warned.out;
+}
+
 // The runs of a node share host root's per-user quotas: doctor warns when a
 // node's max_concurrent runs could take all of one, and checks the tenants'
 // profiles. The host's sysctls are read, never changed: max_concurrent is

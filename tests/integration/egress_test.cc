@@ -332,7 +332,7 @@ TEST(Egress, NothingButTheProxyIsReachableInside) {
   json r = run_in(profile,
                   {"python3", "-c",
                    "import os, socket\n"
-                   "print('ifaces', [name for _, name in socket.if_nameindex()])\n"
+                   "print('ifaces', [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]])\n"
                    "for host, port in [('127.0.0.1', " +
                        p + "), ('203.0.113.1', 80), ('10.0.0.1', 443), ('::1', " + p +
                        ")]:\n"

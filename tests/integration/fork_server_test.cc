@@ -123,7 +123,7 @@ def main(args):
                                                    resource.RLIMIT_CORE, resource.RLIMIT_NPROC)],
         'masked': [os.listdir('/proc/sys'), open('/proc/kallsyms').read(), os.path.exists('/proc/kcore')],
         'cgroup': [l.split(':', 2)[2] for l in open('/proc/self/cgroup').read().splitlines()],
-        'interfaces': [n for _, n in socket.if_nameindex()],
+        'interfaces': [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]],
         'tmp': sorted(os.listdir('/tmp')), 'workspace': sorted(os.listdir('/workspace')),
         'workspace_inodes': os.statvfs('/workspace').f_files,
         'dev': sorted(os.listdir('/dev')), 'pts': sorted(os.listdir('/dev/pts')),
@@ -496,7 +496,7 @@ function main(args) {
     cmdline: fs.readFileSync('/proc/self/cmdline', 'utf8').replace(/\0+$/, ''),
     comm: fs.readFileSync('/proc/self/comm', 'utf8'), limits: fs.readFileSync('/proc/self/limits', 'utf8'),
     masked: [fs.readdirSync('/proc/sys'), fs.readFileSync('/proc/kallsyms', 'utf8'), fs.existsSync('/proc/kcore')],
-    cgroup: fs.readFileSync('/proc/self/cgroup', 'utf8'), interfaces: Object.keys(os.networkInterfaces()),
+    cgroup: fs.readFileSync('/proc/self/cgroup', 'utf8'), interfaces: fs.readFileSync('/proc/net/dev', 'utf8').split('\n').slice(2).map((l) => l.split(':')[0].trim()).filter(Boolean),
     tmp: fs.readdirSync('/tmp').sort(), workspace: fs.readdirSync('/workspace').sort(),
     dev: fs.readdirSync('/dev').sort(), pts: fs.readdirSync('/dev/pts').sort(), rootfs, fds: kinds,
     pid1: ['/proc/1/fd', '/proc/1/mem', '/proc/1/environ'].map((p) => {

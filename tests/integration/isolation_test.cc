@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,6 +113,31 @@ TEST(Isolation, OnlyLoopbackExistsAndIsUp) {
       "c = socket.create_connection(('127.0.0.1', port)); print('lo up')\n"
       "print('routes', len(open('/proc/net/route').readlines()) - 1)\n");
   EXPECT_EQ(out, "['lo']\nlo up\nroutes 0\n");
+}
+
+// What nsbox was started with does not reach the run: a service unit's
+// LimitRTPRIO= would let a run take a CPU with real-time scheduling.
+TEST(Isolation, SchedulingAndLockingRlimitsAreSetNotInherited) {
+  const int resources[] = {RLIMIT_RTPRIO, RLIMIT_NICE, RLIMIT_MEMLOCK};
+  rlimit saved[3];
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(::getrlimit(resources[i], &saved[i]), 0);
+  // As high as this process may set them (without CAP_SYS_RESOURCE, its
+  // hard limits: memlock's is 8 MiB by default).
+  const rlimit high[] = {{50, 50}, {30, 30}, {RLIM_INFINITY, RLIM_INFINITY}};
+  for (int i = 0; i < 3; ++i)
+    if (::setrlimit(resources[i], &high[i]) != 0) {
+      const rlimit hard{saved[i].rlim_max, saved[i].rlim_max};
+      ASSERT_EQ(::setrlimit(resources[i], &hard), 0);
+    }
+  rlimit memlock{};
+  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &memlock), 0);
+  ASSERT_GT(memlock.rlim_cur, 65536u) << "the run's 64 KiB would be the inherited value";
+  Result r = run_with(capture_spec({"python3", "-c",
+                                    "import resource as r\nprint(*(r.getrlimit(x) for x in (r.RLIMIT_RTPRIO, "
+                                    "r.RLIMIT_NICE, r.RLIMIT_MEMLOCK)))\n"}));
+  for (int i = 0; i < 3; ++i) ::setrlimit(resources[i], &saved[i]);
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "(0, 0) (0, 0) (65536, 65536)\n");
 }
 
 TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFilter) {
