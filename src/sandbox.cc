@@ -263,6 +263,14 @@ void answer_denied_call(Watch& w, Observation& obs) {
 // How often the run's CPU usage is read when cpu_time is enforced.
 constexpr int kCpuTimeTickMs = 20;
 
+// Refused calls are answered kDeniedCallsPerRest at a time, then the
+// listener rests for kDeniedCallRest: a run looping on one made nsbox (whose
+// CPU is not the run's) spend about as much CPU as the run. A refused call
+// waits in the kernel meanwhile, so the loop slows instead. A program that
+// makes a few never waits.
+constexpr int kDeniedCallsPerRest = 16;
+constexpr std::chrono::milliseconds kDeniedCallRest{10};
+
 // Writes the next chunk of stdin_data; closes the pipe when all is written
 // or the reader is gone (a workload need not read its input).
 void feed_stdin(Watch& w, size_t& offset) {
@@ -287,6 +295,8 @@ Observation supervise(Watch w) {
   const bool enforce_cpu = w.cgroup && w.cpu_time.count() > 0;
   Clock::time_point next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
   size_t stdin_offset = 0;
+  int denied_since_rest = 0;
+  Clock::time_point listener_rests_until{};
   for (;;) {
     const bool pipes_open =
         w.error_fd || w.report_fd || (w.out && w.out->open()) || (w.err && w.err->open()) || (w.fd3 && w.fd3->open());
@@ -320,7 +330,11 @@ Observation supervise(Watch w) {
     int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
     if (i_in >= 0) fds[i_in].events = POLLOUT;
     int i_nsock = w.notify_sock ? add(w.notify_sock.get()) : -1;
-    int i_listen = w.listener ? add(w.listener.get()) : -1;
+    int i_listen = -1;
+    if (w.listener && now >= listener_rests_until)
+      i_listen = add(w.listener.get());
+    else if (w.listener)
+      shorten(ms_until(listener_rests_until));
     int i_psock = w.proxy_sock ? add(w.proxy_sock.get()) : -1;
 
     const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled;
@@ -382,6 +396,10 @@ Observation supervise(Watch w) {
     }
     if (i_listen >= 0 && (fds[i_listen].revents & POLLIN)) {
       answer_denied_call(w, obs);
+      if (++denied_since_rest >= kDeniedCallsPerRest) {
+        denied_since_rest = 0;
+        listener_rests_until = Clock::now() + kDeniedCallRest;
+      }
     } else if (i_listen >= 0 && (fds[i_listen].revents & (POLLHUP | POLLERR))) {
       w.listener.reset();  // no process of the run holds the filter any more
     }

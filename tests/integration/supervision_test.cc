@@ -105,6 +105,13 @@ TEST(Supervision, GigabyteStdoutFloodIsTruncatedAndTheRunEnds) {
   EXPECT_FALSE(r.stderr_truncated);
 }
 
+// CPU time of the calling thread, which supervises run_with's runs, in ms.
+long thread_cpu_ms() {
+  rusage u{};
+  ::getrusage(RUSAGE_THREAD, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
+}
+
 // Output past the cap is dropped at a pace (OutputCapture::kDiscardPace),
 // not as it comes: read as it came, a run writing as fast as it could made
 // nsbox's supervising thread spend about as much CPU as the run itself
@@ -113,16 +120,29 @@ TEST(Supervision, GigabyteStdoutFloodIsTruncatedAndTheRunEnds) {
 TEST(Supervision, AnOutputFloodPastTheCapCostsTheSupervisorLittleCpu) {
   RunSpec spec = capture_spec({"python3", "-c", "import os\nb = b'x' * 65536\nwhile True: os.write(1, b)\n"});
   spec.limits.wall_time = std::chrono::seconds(3);
-  rusage before{}, after{};
-  ASSERT_EQ(::getrusage(RUSAGE_THREAD, &before), 0);
+  const long before = thread_cpu_ms();
   Result r = run_with(spec);
-  ASSERT_EQ(::getrusage(RUSAGE_THREAD, &after), 0);
+  const long after = thread_cpu_ms();
   ASSERT_EQ(r.status, RunStatus::kTimeout) << r.error;
   EXPECT_TRUE(r.stdout_truncated);
-  auto ms = [](const rusage& u) {
-    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
-  };
-  const long supervisor_ms = ms(after) - ms(before);
+  const long supervisor_ms = after - before;
+  EXPECT_LT(supervisor_ms, r.wall_ms / 4) << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
+}
+
+// Each refused call is answered by the supervising thread (the listener of
+// the run's seccomp filter), 16 at a time and then a rest of 10 ms: a run
+// looping on one made it spend 60% of a CPU before.
+TEST(Supervision, ALoopOfRefusedCallsCostsTheSupervisorLittleCpu) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                               "while True: libc.syscall(101, 0, 0, 0, 0)\n"});  // ptrace
+  spec.limits.wall_time = std::chrono::seconds(3);
+  const long before = thread_cpu_ms();
+  Result r = run_with(spec);
+  const long after = thread_cpu_ms();
+  ASSERT_EQ(r.status, RunStatus::kTimeout) << r.error;
+  ASSERT_GT(r.denied_syscalls["ptrace"], 100u) << "the loop did not run";
+  const long supervisor_ms = after - before;
   EXPECT_LT(supervisor_ms, r.wall_ms / 4) << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
 }
 
