@@ -555,6 +555,24 @@ void Node::reply(const httplib::Request& req, httplib::Response& res, int status
   add_cors(req, res);
 }
 
+namespace {
+
+constexpr std::string_view kBearer = "Bearer ";
+
+// The scheme's case does not matter (RFC 9110); clients send "bearer" too.
+bool is_bearer(const std::string& authorization) {
+  return authorization.size() >= kBearer.size() &&
+         ::strncasecmp(authorization.data(), kBearer.data(), kBearer.size()) == 0;
+}
+
+// The tenant whose token the request's Authorization header carries, if any.
+const TenantConfig* tenant_of_bearer(const NodeConfig& cfg, const httplib::Request& req) {
+  const std::string value = req.get_header_value("Authorization");
+  return is_bearer(value) ? cfg.tenant_for_token(value.substr(kBearer.size())) : nullptr;
+}
+
+}  // namespace
+
 void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
                   const std::string& message, const TenantConfig* tenant) const {
   metrics_.rejected(reason);
@@ -576,6 +594,10 @@ void Node::audit_refusal(const httplib::Request& req, const TenantConfig* tenant
   ctx.client = req.remote_addr;
   ctx.method = req.method;
   ctx.path = req.path;
+  // Refused before it was authenticated (a body too large, an origin not
+  // allowed): a valid token still says whose credentials were used.
+  const auto cfg = config();
+  if (!tenant) tenant = tenant_of_bearer(*cfg, req);
   if (tenant) ctx.tenant = tenant->name;
   ctx.status = status;
   ctx.reason = reason;
@@ -675,6 +697,7 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
   return screened;
 }
 
+
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                        std::string& why) const {
   if (!req.has_header("Authorization")) {
@@ -682,14 +705,11 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
     if (!t) why = "unauthorized: send Authorization: Bearer <token>";
     return t;
   }
-  const std::string value = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  // The scheme's case does not matter (RFC 9110); clients send "bearer" too.
-  if (value.size() < kBearer.size() || ::strncasecmp(value.data(), kBearer.data(), kBearer.size()) != 0) {
+  if (!is_bearer(req.get_header_value("Authorization"))) {
     why = "unauthorized: only Authorization: Bearer <token> is accepted";
     return nullptr;
   }
-  const TenantConfig* t = cfg.tenant_for_token(value.substr(kBearer.size()));
+  const TenantConfig* t = tenant_of_bearer(cfg, req);
   if (!t) why = "unauthorized: unknown token";
   return t;
 }

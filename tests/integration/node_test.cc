@@ -791,11 +791,16 @@ TEST_F(NodeWithTenants, RefusedRequestsAreAuditedWithWhoAskedButNeverTheToken) {
              "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
+  // Refused before authentication, with a valid token: whose it was is said.
+  r = c.Post("/run", {{"Origin", "https://evil.example.net"}, {"Authorization", "Bearer acme-token-0123456789abcdef"}},
+             request("def main(args):\n    return 1"), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
 
   const std::string path = node_.dir() + "/audit.log";
   EXPECT_EQ(slurp(path).find(wrong), std::string::npos) << "a token, even a wrong one, is never written";
   const std::vector<json> lines = audit_lines_of(path);
-  ASSERT_EQ(lines.size(), 3u) << slurp(path);
+  ASSERT_EQ(lines.size(), 4u) << slurp(path);
   EXPECT_EQ(lines[0]["event"], "refused");
   EXPECT_EQ(lines[0]["client"], "127.0.0.1");
   EXPECT_EQ(lines[0]["method"], "POST");
@@ -809,6 +814,9 @@ TEST_F(NodeWithTenants, RefusedRequestsAreAuditedWithWhoAskedButNeverTheToken) {
   EXPECT_NE(lines[1]["message"].get<std::string>().find("code"), std::string::npos) << lines[1];
   EXPECT_EQ(lines[2]["status"], 403);
   EXPECT_NE(lines[2]["message"].get<std::string>().find("https://evil.example.net"), std::string::npos) << lines[2];
+  EXPECT_TRUE(lines[2]["tenant"].is_null());
+  EXPECT_EQ(lines[3]["status"], 403);
+  EXPECT_EQ(lines[3]["tenant"], "acme") << lines[3];
 }
 
 TEST_F(NodeWithTenants, AFloodOfRefusalsIsCountedInTheAuditLogNotWrittenLineByLine) {
