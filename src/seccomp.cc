@@ -110,7 +110,26 @@ constexpr const char* kNoOpReason = "flushing the host's filesystems: a way to l
 // O_DIRECT reads and writes go to the disk each time, past the page cache
 // and past any memory limit: unthrottled host I/O. open, openat and
 // fcntl(F_SETFL) with it answer EINVAL, as a filesystem without it does.
-constexpr const char* kDirectIoReason = "O_DIRECT bypasses the page cache: unthrottled host disk I/O";
+constexpr const char* kDirectIoReason = "O_DIRECT bypasses the page cache: each read goes to the host's disk";
+
+// Advice that drops cached pages of a file, so that each read of it goes to
+// the host's disk again: it succeeds and does nothing.
+struct NoOpAdvice {
+  const char* call;
+  unsigned arg;
+  uint32_t value;
+  const char* condition;
+};
+constexpr uint32_t kMadvPageout = 21;  // MADV_PAGEOUT, which Debian 12's headers lack
+constexpr NoOpAdvice kNoOpAdvice[] = {
+    {"fadvise64", 3, POSIX_FADV_DONTNEED, "advice is POSIX_FADV_DONTNEED"},
+    // Of a file the sandbox user owns (a host directory bound rw): the
+    // kernel pages out only such files' pages.
+    {"madvise", 2, kMadvPageout, "advice is MADV_PAGEOUT"},
+};
+constexpr const char* kDropCacheReason = "dropping a file's cached pages makes each read go to the host's disk";
+// An int argument as the kernel reads it: its low 32 bits.
+constexpr uint64_t kLowWord = 0xffffffffull;
 
 // Namespace flags that clone(2) may not carry: a nested namespace is kernel
 // attack surface the workload has no use for.
@@ -321,17 +340,30 @@ void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules,
             call);
     rules.push_back({call, "flags has O_DIRECT", "EINVAL", kDirectIoReason});
   }
+  // The kernel reads fcntl's command as an unsigned int: F_SETFL with junk
+  // above it is F_SETFL, so the command is compared by its low 32 bits.
   if (!allow_rest || allow_rest->count("fcntl")) {
-    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve("fcntl"), 2, SCMP_A1_32(SCMP_CMP_EQ, F_SETFL),
-                           SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve("fcntl"), 2,
+                           SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, F_SETFL),
+                           SCMP_A2_64(SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
           "fcntl");
     if (allow_rest) {
-      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("fcntl"), 1, SCMP_A1_32(SCMP_CMP_NE, F_SETFL)), "fcntl");
-      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("fcntl"), 2, SCMP_A1_32(SCMP_CMP_EQ, F_SETFL),
-                             SCMP_A2_32(SCMP_CMP_MASKED_EQ, O_DIRECT, 0)),
-            "fcntl");
+      allow_low_word_except(ctx, "fcntl", 1, {F_SETFL});
+      check(
+          seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("fcntl"), 2, SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, F_SETFL),
+                           SCMP_A2_64(SCMP_CMP_MASKED_EQ, O_DIRECT, 0)),
+          "fcntl");
     }
     rules.push_back({"fcntl", "command is F_SETFL, flags has O_DIRECT", "EINVAL", kDirectIoReason});
+  }
+  // Advice that drops a file's cached pages succeeds and does nothing.
+  for (const auto& advice : kNoOpAdvice) {
+    if (allow_rest && !allow_rest->count(advice.call)) continue;
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(0), resolve(advice.call), 1,
+                           SCMP_CMP64(advice.arg, SCMP_CMP_MASKED_EQ, kLowWord, advice.value)),
+          advice.call);
+    if (allow_rest) allow_low_word_except(ctx, advice.call, advice.arg, {advice.value});
+    rules.push_back({advice.call, advice.condition, "success, nothing done", kDropCacheReason});
   }
 }
 
@@ -433,6 +465,8 @@ bool must_deny(const std::string& name, int* err) {
 bool is_common_rule_call(const std::string& name) {
   for (const char* call : kNoOpCalls)
     if (name == call) return true;
+  for (const auto& advice : kNoOpAdvice)
+    if (name == advice.call) return true;
   return name == "open" || name == "openat" || name == "fcntl";
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/netlink.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -165,14 +166,26 @@ TEST(EveryPolicy, AnswersHostWideIoAndAioCallsInTheFilterItself) {
                                                   {SYS_open, path, O_RDONLY | O_DIRECT, 0, 0},
                                                   {SYS_openat, AT_FDCWD, path, O_WRONLY | O_DIRECT | kHighJunk, 0},
                                                   {SYS_fcntl, -1, F_SETFL, O_DIRECT | O_NONBLOCK, 0},
+                                                  // the kernel reads the command's low 32 bits
+                                                  {SYS_fcntl, -1, F_SETFL | kHighJunk, O_DIRECT, 0},
+                                                  {SYS_madvise, 0, 4096, 21 /* MADV_PAGEOUT */, 0},
+                                                  {SYS_madvise, 0, 4096, 21 | kHighJunk, 0},
                                                   {SYS_open, path, O_RDONLY, 0, 0},
                                                   {SYS_fcntl, -1, F_SETFL, O_NONBLOCK, 0},
-                                                  {SYS_fcntl, -1, F_GETFL, O_DIRECT, 0}};
-  const std::vector<int> expected = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0,     0,
-                                     EINVAL, EINVAL, EINVAL, ENOENT, EBADF, EBADF};
+                                                  {SYS_fcntl, -1, F_SETFL | kHighJunk, O_NONBLOCK, 0},
+                                                  {SYS_fcntl, -1, F_GETFL, O_DIRECT, 0},
+                                                  {SYS_madvise, 0, 4096, MADV_NORMAL, 0}};
+  const std::vector<int> expected = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0,     0,     EINVAL, EINVAL, EINVAL,
+                                     EINVAL, 0,      0,      ENOENT, EBADF, EBADF, EBADF,  ENOMEM};
   EXPECT_EQ(answers_under(SeccompProgram::default_policy(), calls), expected);
   EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), calls), expected);
   EXPECT_EQ(answers_under(SeccompProgram::fork_server_policy(), calls), expected);
+  // fadvise64, which strict does not list: DONTNEED does nothing where it is allowed.
+  const std::vector<std::array<long, 5>> advice = {{SYS_fadvise64, -1, 0, 0, POSIX_FADV_DONTNEED},
+                                                   {SYS_fadvise64, -1, 0, 0, POSIX_FADV_NORMAL}};
+  EXPECT_EQ(answers_under(SeccompProgram::default_policy(), advice), (std::vector<int>{0, EBADF}));
+  EXPECT_EQ(answers_under(SeccompProgram::allow_list({"fadvise64", "execve", "write", "exit_group"}), advice),
+            (std::vector<int>{0, EBADF}));
 }
 
 // On a kernel with them (6.8 and later), these calls reach the kernel
