@@ -186,11 +186,12 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     // memory+swap at the same limit: no swap (present only with swap accounting).
     if (d.has("memory.memsw.limit_in_bytes"))
       d.write("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
-    // Socket buffers: v1 charges them to a memory cgroup (a counter of their
-    // own) only once this is set; unset, a run held 574 MiB of TCP buffers
-    // on the host under a 64 MiB limit (v2 charges them to memory.current).
+    // Socket buffers: v1 charges them to a memory cgroup only once this is
+    // set (unset, a run held 574 MiB of TCP buffers on the host under a 64
+    // MiB limit), and to a counter of their own, on top of the limit: a
+    // quarter of it (v2 charges them to memory.current, within it).
     if (d.has("memory.kmem.tcp.limit_in_bytes"))
-      d.write("memory.kmem.tcp.limit_in_bytes", std::to_string(limits.memory_bytes));
+      d.write("memory.kmem.tcp.limit_in_bytes", std::to_string(limits.memory_bytes / 4));
   }
   if (limits.cpus > 0) {
     const CgroupDir& d = cg->needed("cpu");

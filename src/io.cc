@@ -26,6 +26,7 @@ int dev_null() {
 }
 
 constexpr int kDiscardPipeBytes = 1 << 20;
+constexpr int kDiscardWakesPerPace = 16;
 
 // Moves what a pipe holds to /dev/null without copying it through this
 // process. Returns what splice(2) does; -1 with EINVAL for a source that is
@@ -41,11 +42,27 @@ ssize_t discard(int fd) {
 
 }  // namespace
 
+// A pace window takes up to a full pipe's worth (kDiscardPipeBytes) or
+// kDiscardWakesPerPace drops, then the fd rests until the window ends: the
+// same bytes a second when the pipe could not be made larger (a small one
+// takes more drops), and nsbox's cost bounded either way.
+void OutputCapture::pace_discarding(ssize_t discarded) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= window_end_) {
+    window_end_ = now + kDiscardPace;
+    window_bytes_ = 0;
+    window_drops_ = 0;
+  }
+  if (discarded > 0) window_bytes_ += static_cast<uint64_t>(discarded);
+  if (window_bytes_ >= static_cast<uint64_t>(kDiscardPipeBytes) || ++window_drops_ >= kDiscardWakesPerPace)
+    rest_until_ = window_end_;
+}
+
 void OutputCapture::on_readable() {
   if (truncated_) {
     const ssize_t n = discard(fd_.get());
     if (n == 0) fd_.reset();
-    rest_until_ = std::chrono::steady_clock::now() + kDiscardPace;
+    pace_discarding(n);
     if (n >= 0 || errno == EINTR || errno == EAGAIN) return;
     if (errno != EINVAL) throw SysError("splice", "sandbox output", errno);
   }

@@ -275,6 +275,9 @@ ListenerConfig parse_listen_address(const std::string& text) {
   if (!bracketed && ::inet_pton(AF_INET, host.c_str(), buf) == 1) {
     ::inet_ntop(AF_INET, buf, text_form, sizeof text_form);
   } else if (bracketed && ::inet_pton(AF_INET6, host.c_str(), buf) == 1) {
+    // The IPv4 address it stands for would collide unseen with that one.
+    if (IN6_IS_ADDR_V4MAPPED(reinterpret_cast<const in6_addr*>(buf)))
+      throw std::invalid_argument(usage + ": an IPv4-mapped address is written as the IPv4 address");
     ::inet_ntop(AF_INET6, buf, text_form, sizeof text_form);
   } else {
     throw std::invalid_argument(usage);

@@ -548,6 +548,29 @@ void check_collisions(const Draft& d) {
   }
 }
 
+// A mount point inside a host directory bound rw must stay where it is: a
+// run could move a directory above it (not the mount point itself, which is
+// busy), and every later run would fail to find it. Directly inside the
+// bind, the only directory above it is the bind's own root.
+void check_mount_points_in_writable_binds(const Draft& d) {
+  std::vector<std::pair<std::string, const Origin*>> nested;
+  for (size_t i = 0; i < d.p.mounts.size(); ++i) nested.emplace_back(d.p.mounts[i].target, &d.mount_origins[i]);
+  for (size_t i = 0; i < d.p.tmpfs.size(); ++i)
+    if (!d.tmpfs_origins[i].file.empty()) nested.emplace_back(d.p.tmpfs[i].path, &d.tmpfs_origins[i]);
+  for (const auto& rw : d.p.mounts) {
+    if (rw.mode != MountMode::kReadWrite) continue;
+    for (const auto& [target, origin] : nested) {
+      if (target.rfind(rw.target + "/", 0) != 0) continue;
+      const std::string below = target.substr(rw.target.size() + 1);
+      if (below.find('/') == std::string::npos) continue;
+      origin->fail("lies more than one level inside " + rw.target + ", a host directory mounted rw: a run could move " +
+                   rw.target + "/" + below.substr(0, below.find('/')) +
+                   " and every later run would fail to find this mount point; mount it directly inside " + rw.target +
+                   " or mount " + rw.target + " ro");
+    }
+  }
+}
+
 std::string join(const std::vector<std::string>& parts, const std::string& sep) {
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
@@ -604,6 +627,7 @@ Profile resolve(ParsedFile top, const ProfileSearch& search) {
   apply_tmpfs_defaults(d);
   apply_mask_defaults(d);
   check_collisions(d);
+  check_mount_points_in_writable_binds(d);
   check_fork_server(d);
   d.p.source_file = chain.front().file;
   for (size_t i = 1; i < chain.size(); ++i) d.p.inheritance.push_back(chain[i].name);

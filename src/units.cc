@@ -87,7 +87,10 @@ u128 scale_decimal(const Decimal& d, uint64_t factor, u128 max, const std::strin
                    const char* whole_unit) {
   if (d.too_long) throw std::invalid_argument(what + " " + quoted(text) + " is too large");
   u128 frac = d.fraction * factor;
-  if (d.too_fine || frac % d.fraction_scale != 0) {
+  if (d.too_fine)
+    throw std::invalid_argument(what + " " + quoted(text) + " has more than " + std::to_string(kMaxFractionDigits) +
+                                " digits after the point");
+  if (frac % d.fraction_scale != 0) {
     throw std::invalid_argument(what + " " + quoted(text) + " is not a whole number of " + whole_unit);
   }
   u128 value = d.integer * factor + frac / d.fraction_scale;

@@ -3,6 +3,8 @@
 // capture is flagged as truncated.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -25,9 +27,10 @@ class OutputCapture {
   std::string& data() { return data_; }
   bool truncated() const { return truncated_; }
 
-  // Past the cap, what comes is dropped, at most once every kDiscardPace:
-  // between two drops the pipe fills and the writer waits, so a run
-  // flooding its output cannot make nsbox spend as much CPU as the run.
+  // Past the cap, what comes is dropped at a pace: about 1 MiB each
+  // kDiscardPace, then the fd rests while the pipe fills and the writer
+  // waits, so a run flooding its output cannot make nsbox spend as much
+  // CPU as the run.
   static constexpr std::chrono::milliseconds kDiscardPace{10};
   // Whether to leave the fd unread until rest_until().
   bool resting(std::chrono::steady_clock::time_point now) const { return now < rest_until_; }
@@ -37,8 +40,13 @@ class OutputCapture {
   UniqueFd fd_;
   uint64_t cap_;
   std::string data_;
+  void pace_discarding(ssize_t discarded);
+
   bool truncated_ = false;
   std::chrono::steady_clock::time_point rest_until_{};
+  std::chrono::steady_clock::time_point window_end_{};  // of the current pace window
+  uint64_t window_bytes_ = 0;
+  int window_drops_ = 0;
 };
 
 // Whether fd has an event now, without waiting: data or end of file to

@@ -162,6 +162,8 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {"listeners:\n  - address: '::1:8080'\n" + std::string(kMinimal),
        "\"::1:8080\" is not ADDRESS:PORT with an IP address (127.0.0.1:8080, [::1]:8080)"},
       {"listeners:\n  - address: '[127.0.0.1]:1'\n" + std::string(kMinimal), "is not ADDRESS:PORT"},
+      {"listeners:\n  - address: '[::ffff:127.0.0.1]:1'\n" + std::string(kMinimal),
+       "an IPv4-mapped address is written as the IPv4 address"},
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
       {std::string(kMinimal) + "limits:\n  request_timeout: 500ms\n", "limits.request_timeout"},

@@ -57,7 +57,7 @@ TEST(ParseSize, RefusesWithWhatWasExpected) {
   EXPECT_EQ(size_error("18446744073709551616B"), "size \"18446744073709551616B\" is too large");
   EXPECT_EQ(size_error("999999999999999999999999B"), "size \"999999999999999999999999B\" is too large");
   EXPECT_EQ(size_error("1.0000000000000000000001KiB"),
-            "size \"1.0000000000000000000001KiB\" is not a whole number of bytes");
+            "size \"1.0000000000000000000001KiB\" has more than 18 digits after the point");
 }
 
 TEST(ParseSize, LeadingAndTrailingZerosDoNotMakeANumberLarge) {
