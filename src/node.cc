@@ -697,7 +697,6 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
   return screened;
 }
 
-
 const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConfig& l, const httplib::Request& req,
                                        std::string& why) const {
   if (!req.has_header("Authorization")) {
