@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "nsbox/error.h"
 #include "nsbox/run_spec.h"
 #include "nsbox/units.h"
 #include "profile_yaml.h"
@@ -22,12 +23,14 @@ std::string format_profile_error(const std::string& file, int line, int column, 
 }
 }  // namespace
 
+// A value quoted in the message may hold any character a YAML escape
+// spells ("\x1b]0;..."): the error shows none that a terminal would obey.
 ProfileError::ProfileError(std::string file, int line, int column, std::string message)
-    : std::runtime_error(format_profile_error(file, line, column, message)),
+    : std::runtime_error(format_profile_error(printable(file), line, column, printable(message))),
       file_(std::move(file)),
       line_(line),
       column_(column),
-      message_(std::move(message)) {}
+      message_(printable(message)) {}
 
 namespace {
 

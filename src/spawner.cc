@@ -364,14 +364,6 @@ void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles,
   });
 }
 
-// What the node's log shows of text: no terminal escapes, one line.
-std::string printable(std::string_view text) {
-  std::string out(text);
-  for (char& c : out)
-    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) c = '?';
-  return out;
-}
-
 // The pool sees only that a warm sandbox is gone: the node's log says why.
 // Nothing it throws may unwind out of the worker.
 void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) noexcept {

@@ -316,13 +316,6 @@ struct Collector {
       report.refused.push_back("out/ holds more than " + std::to_string(entry_budget()) +
                                " entries: the rest were not looked at");
   }
-
-  // A name as the report may show it: control characters as '?'.
-  static std::string printable(std::string s) {
-    for (char& ch : s)
-      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
-    return s;
-  }
 };
 
 // Makes $TMPDIR/nsbox-run-<pid>-<start>-<n>-<random>, 0700, and returns its

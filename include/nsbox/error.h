@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace nsbox {
 
@@ -28,5 +29,10 @@ class UsageError : public std::runtime_error {
 
 // "step object: strerror(err)"; object may be empty.
 std::string format_sys_error(const std::string& step, const std::string& object, int err);
+
+// Text as a terminal or log may show it: each C0 control character, DEL and
+// C1 control (U+0080..U+009F, which some terminals obey) becomes '?', so
+// that a value quoted in an error cannot move the cursor or set a title.
+std::string printable(std::string_view text);
 
 }  // namespace nsbox

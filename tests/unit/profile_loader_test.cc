@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "nsbox/check.h"
+#include "nsbox/error.h"
 
 namespace nsbox {
 namespace {
@@ -118,6 +119,25 @@ TEST(ProfileErrors, CarryThePosition) {
     EXPECT_EQ(e.column(), 9);
     EXPECT_EQ(e.message(), "limits.pids: expected an integer in 2..65536, got \"many\"");
     EXPECT_STREQ(e.what(), "x.yaml:3:9: limits.pids: expected an integer in 2..65536, got \"many\"");
+  }
+}
+
+// A YAML escape spells any character in a value; an error that quotes it
+// shows no control character a terminal would obey.
+TEST(ProfileErrors, QuoteNoControlCharacters) {
+  EXPECT_EQ(printable("a\x1b[31mb\xc2\x9b"
+                      "c\td\x7f\xc3\xa9"),
+            "a?[31mb?c?d?\xc3\xa9");
+  try {
+    load_profile_text("name: esc\nlimits:\n  memory: \"1\\x1b]0;owned\\x07GiB\"\nenv:\n  \"A\\u009bB\": x\n",
+                      "esc.yaml", ProfileSearch{});
+    FAIL() << "loaded";
+  } catch (const ProfileError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("?]0;owned?GiB"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\x1b'), std::string::npos);
+    EXPECT_EQ(what.find('\x07'), std::string::npos);
+    EXPECT_EQ(e.message().find('\x1b'), std::string::npos);
   }
 }
 
