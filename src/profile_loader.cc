@@ -100,6 +100,7 @@ struct Draft {
   std::vector<bool> tmpfs_sized;      // parallel to p.tmpfs: size written
   std::optional<Origin> workspace_origin;
   std::optional<Origin> fork_server_origin;
+  std::map<std::string, Origin> mask_origins;  // by path, for the masks a file wrote
 };
 
 struct ParsedFile {
@@ -258,6 +259,7 @@ void apply_mask(const Field& f, Draft& d) {
     std::string path = item.absolute_path();
     if (path == "/") item.fail("masking / would hide everything");
     check_unique(seen, path, item, "mask path", item.path());
+    d.mask_origins[path] = Origin{item.file(), item.mark(), item.path()};
     bool inherited = false;
     for (const auto& m : d.p.mask) inherited = inherited || m == path;
     if (!inherited) d.p.mask.push_back(path);
@@ -551,27 +553,38 @@ void check_collisions(const Draft& d) {
   }
 }
 
-// A mount point inside a host directory bound rw must stay where it is: a
-// run could move a directory above it (not the mount point itself, which is
-// busy), and every later run would fail to find it. Directly inside the
-// bind, the only directory above it is the bind's own root.
+// A mount point (or masked path) inside a host directory bound rw must stay
+// where it is: a run could move a directory above it (not the mount point
+// itself, which is busy), and every later run would fail to find it, or
+// see what the mask hid. Directly inside the bind, the only directory above
+// it is the bind's own root. Depth is counted from the nearest mount above
+// (a mount point in between cannot be moved either).
 void check_mount_points_in_writable_binds(const Draft& d) {
-  std::vector<std::pair<std::string, const Origin*>> nested;
-  for (size_t i = 0; i < d.p.mounts.size(); ++i) nested.emplace_back(d.p.mounts[i].target, &d.mount_origins[i]);
+  struct Place {
+    const std::string& target;
+    bool rw_host_directory;
+  };
+  std::vector<Place> places;
+  for (const auto& m : d.p.mounts) places.push_back({m.target, m.mode == MountMode::kReadWrite});
+  for (const auto& t : d.p.tmpfs) places.push_back({t.path, false});
+  if (d.p.workspace) places.push_back({d.p.workspace->path, false});
+  auto check = [&](const std::string& target, const Origin& origin) {
+    const Place* nearest = nullptr;
+    for (const auto& p : places)
+      if (target.rfind(p.target + "/", 0) == 0 && (!nearest || p.target.size() > nearest->target.size())) nearest = &p;
+    if (!nearest || !nearest->rw_host_directory) return;
+    const std::string& rw = nearest->target;
+    const std::string below = target.substr(rw.size() + 1);
+    if (below.find('/') == std::string::npos) return;
+    origin.fail("lies more than one level inside " + rw + ", a host directory mounted rw: a run could move " + rw +
+                "/" + below.substr(0, below.find('/')) + " and every later run would lose it; put it directly inside " +
+                rw + " or mount " + rw + " ro");
+  };
+  for (size_t i = 0; i < d.p.mounts.size(); ++i) check(d.p.mounts[i].target, d.mount_origins[i]);
   for (size_t i = 0; i < d.p.tmpfs.size(); ++i)
-    if (!d.tmpfs_origins[i].file.empty()) nested.emplace_back(d.p.tmpfs[i].path, &d.tmpfs_origins[i]);
-  for (const auto& rw : d.p.mounts) {
-    if (rw.mode != MountMode::kReadWrite) continue;
-    for (const auto& [target, origin] : nested) {
-      if (target.rfind(rw.target + "/", 0) != 0) continue;
-      const std::string below = target.substr(rw.target.size() + 1);
-      if (below.find('/') == std::string::npos) continue;
-      origin->fail("lies more than one level inside " + rw.target + ", a host directory mounted rw: a run could move " +
-                   rw.target + "/" + below.substr(0, below.find('/')) +
-                   " and every later run would fail to find this mount point; mount it directly inside " + rw.target +
-                   " or mount " + rw.target + " ro");
-    }
-  }
+    if (!d.tmpfs_origins[i].file.empty()) check(d.p.tmpfs[i].path, d.tmpfs_origins[i]);
+  if (d.p.workspace && d.workspace_origin) check(d.p.workspace->path, *d.workspace_origin);
+  for (const auto& [path, origin] : d.mask_origins) check(path, origin);
 }
 
 std::string join(const std::vector<std::string>& parts, const std::string& sep) {

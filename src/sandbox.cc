@@ -22,6 +22,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -234,42 +235,66 @@ std::string foreign_abi_name(const seccomp_notif& req) {
   return out;
 }
 
-// One call the filter sent here: answered with kDeniedErrno (the workload
-// sees a plain EPERM) and counted by name for the Result. A call of another
-// ABI is never answered: the whole run is killed, as the kernel would kill
-// the process without a listener, and the Result names the call.
-void answer_denied_call(Watch& w, Observation& obs) {
+// One call the filter sent here, taken as it comes and counted by name for
+// the Result; its id is returned, to be answered (at AnswerPace's pace).
+// A call of another ABI is never answered: the whole run is killed at once,
+// as the kernel would kill the process without a listener, and the Result
+// names the call.
+std::optional<uint64_t> receive_denied_call(Watch& w, Observation& obs) {
   seccomp_notif req{};
   if (::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
     if (errno != EINTR && errno != ENOENT) w.listener.reset();
-    return;
+    return std::nullopt;
   }
   if (std::string foreign = foreign_abi_name(req); !foreign.empty()) {
     w.proc.kill();
     if (obs.foreign_abi_call.empty()) obs.foreign_abi_call = foreign;
     ++obs.denied[foreign];
-    return;
+    return std::nullopt;
   }
-  seccomp_notif_resp resp{};
-  resp.id = req.id;
-  resp.error = -kDeniedErrno;
-  ::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_SEND, &resp);  // ENOENT: the caller is gone
   char* name = seccomp_syscall_resolve_num_arch(req.data.arch, static_cast<int>(req.data.nr));
   std::string key = name ? name : "syscall " + std::to_string(req.data.nr);
   std::free(name);
   if (obs.denied.size() < kMaxDeniedNames || obs.denied.count(key)) ++obs.denied[key];
+  return req.id;
+}
+
+// The answer: kDeniedErrno, a plain EPERM to the workload.
+void answer_denied_call(Watch& w, uint64_t id) {
+  seccomp_notif_resp resp{};
+  resp.id = id;
+  resp.error = -kDeniedErrno;
+  ::ioctl(w.listener.get(), SECCOMP_IOCTL_NOTIF_SEND, &resp);  // ENOENT: the caller is gone
 }
 
 // How often the run's CPU usage is read when cpu_time is enforced.
 constexpr int kCpuTimeTickMs = 20;
 
-// Refused calls are answered kDeniedCallsPerRest at a time, then the
-// listener rests for kDeniedCallRest: a run looping on one made nsbox (whose
-// CPU is not the run's) spend about as much CPU as the run. A refused call
-// waits in the kernel meanwhile, so the loop slows instead. A program that
-// makes a few never waits.
-constexpr int kDeniedCallsPerRest = 16;
-constexpr std::chrono::milliseconds kDeniedCallRest{10};
+// How fast refused calls are answered: a burst of kBurst, then kPerMs a
+// millisecond. A run looping on one made nsbox (whose CPU is not the run's)
+// spend about as much CPU as the run; an unanswered call waits in the
+// kernel, so the loop slows instead. A program making a few hundred (ls -l
+// under strict refuses a getxattr per file) never waits. Calls are still
+// received as they come: one of another ABI ends the run at once.
+class AnswerPace {
+ public:
+  bool take(Clock::time_point now) {
+    tokens_ = std::min(kBurst, tokens_ + kPerMs * std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+    if (tokens_ < 1) return false;
+    tokens_ -= 1;
+    return true;
+  }
+  Clock::time_point next_token(Clock::time_point now) const {
+    return now + std::chrono::microseconds(static_cast<int64_t>((1 - tokens_) / kPerMs * 1000) + 1);
+  }
+
+ private:
+  static constexpr double kBurst = 256;
+  static constexpr double kPerMs = 1.6;
+  double tokens_ = kBurst;
+  Clock::time_point last_ = Clock::now();
+};
 
 // Writes the next chunk of stdin_data; closes the pipe when all is written
 // or the reader is gone (a workload need not read its input).
@@ -295,8 +320,8 @@ Observation supervise(Watch w) {
   const bool enforce_cpu = w.cgroup && w.cpu_time.count() > 0;
   Clock::time_point next_cpu_check = Clock::now() + std::chrono::milliseconds(kCpuTimeTickMs);
   size_t stdin_offset = 0;
-  int denied_since_rest = 0;
-  Clock::time_point listener_rests_until{};
+  AnswerPace pace;
+  std::deque<uint64_t> unanswered;  // at most one call per task of the run
   for (;;) {
     const bool pipes_open =
         w.error_fd || w.report_fd || (w.out && w.out->open()) || (w.err && w.err->open()) || (w.fd3 && w.fd3->open());
@@ -330,11 +355,8 @@ Observation supervise(Watch w) {
     int i_in = w.stdin_fd ? add(w.stdin_fd.get()) : -1;
     if (i_in >= 0) fds[i_in].events = POLLOUT;
     int i_nsock = w.notify_sock ? add(w.notify_sock.get()) : -1;
-    int i_listen = -1;
-    if (w.listener && now >= listener_rests_until)
-      i_listen = add(w.listener.get());
-    else if (w.listener)
-      shorten(ms_until(listener_rests_until));
+    int i_listen = w.listener ? add(w.listener.get()) : -1;
+    if (w.listener && !unanswered.empty()) shorten(ms_until(pace.next_token(now)));
     int i_psock = w.proxy_sock ? add(w.proxy_sock.get()) : -1;
 
     const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled;
@@ -395,13 +417,13 @@ Observation supervise(Watch w) {
       w.proxy_sock.reset();
     }
     if (i_listen >= 0 && (fds[i_listen].revents & POLLIN)) {
-      answer_denied_call(w, obs);
-      if (++denied_since_rest >= kDeniedCallsPerRest) {
-        denied_since_rest = 0;
-        listener_rests_until = Clock::now() + kDeniedCallRest;
-      }
+      if (const auto id = receive_denied_call(w, obs)) unanswered.push_back(*id);
     } else if (i_listen >= 0 && (fds[i_listen].revents & (POLLHUP | POLLERR))) {
       w.listener.reset();  // no process of the run holds the filter any more
+    }
+    while (w.listener && !unanswered.empty() && pace.take(Clock::now())) {
+      answer_denied_call(w, unanswered.front());
+      unanswered.pop_front();
     }
     if (readable(i_fd3)) w.fd3->on_readable();
     if (readable(i_out)) w.out->on_readable();

@@ -98,6 +98,7 @@ constexpr DenyRule kDenyRules[] = {
     {"io_getevents", ENOSYS, "native AIO, as io_setup"},
     {"io_pgetevents", ENOSYS, "native AIO, as io_setup"},
     {"memfd_secret", ENOSYS, "each secret page splits the kernel's direct map for good"},
+    {"process_madvise", ENOSYS, "advice through a pidfd, past the madvise rules (MADV_PAGEOUT); no runtime uses it"},
     {"openat2", ENOSYS, "its flags live in memory seccomp cannot inspect (O_DIRECT); glibc and runtimes use openat"},
 };
 

@@ -402,6 +402,31 @@ TEST(SeccompNotify, RunsKeepTheSocketFamiliesTheyUseAndNoOther) {
   }
 }
 
+// Refused calls are answered at a pace, but received as they come: a call
+// of another ABI made while answers wait (and interrupted by a signal
+// before it was received, which withdraws it) still ends the run. Found by
+// a review: a first version stopped reading the listener while it rested,
+// and an x32 call interrupted by a timer went unseen, the run ending ok.
+TEST(SeccompNotify, AForeignAbiCallIsSeenWhileRefusedCallsWaitForTheirAnswers) {
+  // Every 16th refused call made the first version rest; the x32 call made
+  // then is interrupted 2 ms later.
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import ctypes, signal\n"
+                               "l = ctypes.CDLL(None, use_errno=True)\n"
+                               "signal.signal(signal.SIGALRM, lambda *a: None)\n"
+                               "for _ in range(300):\n"
+                               "    for _ in range(16): l.syscall(101, 0, 0, 0, 0)\n"  // ptrace
+                               "    signal.setitimer(signal.ITIMER_REAL, 0.002)\n"
+                               "    l.syscall(0x40000000 | 39)\n"  // x32 getpid
+                               "print('all returned', flush=True)\n"});
+  spec.limits.wall_time = std::chrono::seconds(20);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kKilled) << r.stdout_data << r.stderr_data << r.error;
+  EXPECT_EQ(r.signal, SIGSYS);
+  EXPECT_EQ(r.stdout_data, "");
+  EXPECT_EQ(r.denied_syscalls.count("x32 getpid"), 1u);
+}
+
 TEST(SeccompNotify, CallsFromChildProcessesAndThreadsAreNamedToo) {
   RunSpec spec = capture_spec({"sh", "-c",
                                "python3 -c 'import os; os.chroot(\"/tmp\")' 2>/dev/null; "

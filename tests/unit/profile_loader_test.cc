@@ -141,6 +141,26 @@ TEST(ProfileErrors, QuoteNoControlCharacters) {
   }
 }
 
+// Depth inside a rw host directory counts from the nearest mount above: a
+// mount point in between cannot be moved, and a workspace or tmpfs is the
+// run's own. A workspace deep in one is refused like a mount.
+TEST(ProfileErrors, MountPointsDeepInAWritableHostDirectoryCountFromTheNearestMount) {
+  const std::string rw = "  mounts:\n    - {source: /srv, target: /data, mode: rw}\n";
+  for (const std::string& fine :
+       {rw + "    - {source: /etc, target: /data/x}\n    - {source: /usr, target: /data/x/y}\n",
+        rw + "  tmpfs: [/data/t]\n  mask: [/data/t/a/b]\n", rw + "  workspace: {path: /data/ws}\n"})
+    EXPECT_NO_THROW(load_profile_text("name: fine\nfilesystem:\n" + fine, "fine.yaml", ProfileSearch{})) << fine;
+  try {
+    load_profile_text("name: deep\nfilesystem:\n" + rw + "  workspace: {path: /data/a/ws}\n", "deep.yaml",
+                      ProfileSearch{});
+    FAIL() << "loaded";
+  } catch (const ProfileError& e) {
+    EXPECT_NE(std::string(e.what()).find("filesystem.workspace.path: lies more than one level inside /data"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ProfileErrors, APidsLimitNoRunCanLiveUnderIsRefused) {
   // One pid is the sandbox's init alone: the workload's fork would fail.
   try {

@@ -160,6 +160,7 @@ TEST(EveryPolicy, AnswersHostWideIoAndAioCallsInTheFilterItself) {
   const std::vector<std::array<long, 5>> calls = {{SYS_io_setup, 1, 0, 0, 0},
                                                   {SYS_io_submit, 0, 0, 0, 0},
                                                   {SYS_memfd_secret, 0, 0, 0, 0},
+                                                  {SYS_process_madvise, -1, 0, 0, 21 /* MADV_PAGEOUT */},
                                                   {SYS_openat2, AT_FDCWD, path, 0, 0},
                                                   {SYS_sync, 0, 0, 0, 0},
                                                   {SYS_syncfs, -1, 0, 0, 0},
@@ -175,8 +176,8 @@ TEST(EveryPolicy, AnswersHostWideIoAndAioCallsInTheFilterItself) {
                                                   {SYS_fcntl, -1, F_SETFL | kHighJunk, O_NONBLOCK, 0},
                                                   {SYS_fcntl, -1, F_GETFL, O_DIRECT, 0},
                                                   {SYS_madvise, 0, 4096, MADV_NORMAL, 0}};
-  const std::vector<int> expected = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0,     0,     EINVAL, EINVAL, EINVAL,
-                                     EINVAL, 0,      0,      ENOENT, EBADF, EBADF, EBADF,  ENOMEM};
+  const std::vector<int> expected = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, 0,     0,     EINVAL, EINVAL,
+                                     EINVAL, EINVAL, 0,      0,      ENOENT, EBADF, EBADF, EBADF,  ENOMEM};
   EXPECT_EQ(answers_under(SeccompProgram::default_policy(), calls), expected);
   EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), calls), expected);
   EXPECT_EQ(answers_under(SeccompProgram::fork_server_policy(), calls), expected);
