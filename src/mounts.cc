@@ -142,6 +142,14 @@ UniqueFd open_no_symlinks(const std::string& path, const std::string& what) {
 
 namespace {
 
+// An O_PATH descriptor of path below dir, resolved as `resolve` says.
+int openat2_path(int dir, const char* path, uint64_t resolve) noexcept {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = resolve;
+  return static_cast<int>(::syscall(SYS_openat2, dir, path, &how, sizeof(how)));
+}
+
 // A spec mount already in the plan; bind is null for a tmpfs.
 struct Placed {
   std::string target;
@@ -162,10 +170,8 @@ const BindMount* host_bind_above(const std::vector<Placed>& placed, const std::s
 void require_mount_point_in(const BindMount& outer, const std::string& target) {
   const std::string rel = target.substr(outer.target.size() + 1);
   const UniqueFd source = open_no_symlinks(outer.source, "mount source");
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  const UniqueFd point(static_cast<int>(::syscall(SYS_openat2, source.get(), rel.c_str(), &how, sizeof(how))));
+  const UniqueFd point(
+      openat2_path(source.get(), rel.c_str(), RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS));
   // Other errors (a symlink on the way) are the mount step's to report.
   if (!point && errno == ENOENT)
     throw SysError("mount target " + target,
@@ -479,13 +485,6 @@ int resolve_target(int root_fd, const char* path, TargetCreate create) noexcept 
   ::close(parent);
   errno = err;
   return fd;
-}
-
-int openat2_path(int dir, const char* path, uint64_t resolve) noexcept {
-  open_how how{};
-  how.flags = O_PATH | O_CLOEXEC;
-  how.resolve = resolve;
-  return static_cast<int>(::syscall(SYS_openat2, dir, path, &how, sizeof(how)));
 }
 
 // Opens a bind source as the op says; -1 for a plain source (use op.source).
