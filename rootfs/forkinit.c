@@ -330,6 +330,10 @@ static int run_init(void* arg) {
   /* What ps shows until the exec (the argv area is the zygote's). */
   prctl(PR_SET_NAME, "nsbox-init", 0, 0, 0);
   join_run_cgroup(run);
+  /* A session of the run's own, as a started sandbox has: otherwise it
+   * would share the fork server's process group (kill(0, ...) reaches
+   * every member, in any pid namespace) with every run of the server. */
+  if (setsid() < 0) fail(run, "setsid", "run session", errno);
   /* One /dev/null for the control socket's fd number and, at the exec,
    * PID 1's stdio: the zygote's, opened before the run's mounts (a
    * character device, nothing to walk from; the workload closes it). */

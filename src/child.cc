@@ -268,6 +268,12 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   while ((n = ::read(c.sync_fd, &go, 1)) < 0 && errno == EINTR) {
   }
   if (n != 1) ::_exit(kSetupFailedExit);  // supervisor gone or gave up
+  // A session of the sandbox's own, before anything of the run exists:
+  // signals and priorities sent to a process group (kill(0, ...),
+  // setpriority(PRIO_PGRP, 0, ...)) reach every member, in any pid
+  // namespace, and all sandboxes run as one host user; and with no
+  // controlling terminal, /dev/tty is not the operator's.
+  if (::setsid() < 0) fail(c, "setsid", "sandbox session", errno);
   // Into the run's cgroup (v1) before anything else: the memory of every
   // mount below is the run's (the namespaces clone made were charged
   // before), and no workload can exist outside it.

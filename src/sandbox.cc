@@ -25,6 +25,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "nsbox/child.h"
 #include "nsbox/child_report.h"
@@ -1003,6 +1004,22 @@ bool alive(int pidfd) {
   return ::poll(&p, 1, 0) == 0;
 }
 
+// Whether process pid leads a session of its own (field 6 of its
+// /proc/PID/stat, the session's id, is its pid).
+bool leads_own_session(pid_t pid) {
+  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
+  char buf[1024];
+  const ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf) : -1;
+  if (n <= 0) return false;
+  const std::string stat(buf, static_cast<size_t>(n));
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string state;
+  long parent = 0, group = 0, session = 0;
+  return static_cast<bool>(fields >> state >> parent >> group >> session) && session == pid;
+}
+
 }  // namespace
 
 std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int fork_server) const {
@@ -1097,6 +1114,10 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     // exists yet, and none is let run unless PID 1 is in the run's cgroup.
     if (!cgroup->holds(init))
       throw SysError("fork server", "the run's PID 1 is not in the run's cgroup (" + cgroup->describe() + ")", EPERM);
+    // Nor unless it has left the fork server's session (a rootfs older than
+    // this binary leaves it in, where a run can signal every other).
+    if (!leads_own_session(init))
+      throw SysError("fork server", "the run's PID 1 did not start a session of its own (rebuild the rootfs)", EPERM);
     if (spec.workspace) {
       // Opened while PID 1 is alive (so /proc/PID is it), before any user
       // code has arrived; read after the run.

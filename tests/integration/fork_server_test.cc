@@ -200,6 +200,48 @@ TEST_F(ForkServer, EachRunHasNamespacesOfItsOwn) {
   }
 }
 
+// Field 19 of /proc/PID/stat: the process's nice value.
+int nice_of(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 19 && (in >> field); ++i) {
+  }
+  return std::atoi(field.c_str());
+}
+
+// Every sandbox runs as one host user, so what a run sends to its process
+// group reaches every member, in any pid namespace: a run that shared the
+// fork server's group (or the spawner's) could slow or kill the fork
+// server, the warm sandboxes and the other tenants' runs. Each sandbox,
+// forked or started, is a session of its own.
+TEST_F(ForkServer, WhatARunSendsToItsProcessGroupReachesNoOtherSandbox) {
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  json victim;
+  std::thread slow(
+      [&] { victim = run_as(node_, "import time\ndef main(args):\n    time.sleep(4)\n    return 'survived'", true); });
+  ASSERT_TRUE(node_.wait_running(1)) << node_.log();
+  const char* const kAttack =
+      "import ctypes, os, signal\ndef main(args):\n"
+      "    ctypes.CDLL(None).setpriority(1, 0, 19)  # PRIO_PGRP, this process's group\n"
+      "    os.kill(0, signal.SIGKILL)\n";
+  const json started = run_as(node_, kAttack, false);
+  const json forked = run_as(node_, kAttack, true);
+  slow.join();
+  // Each attacker took its own sandbox down, and nothing else.
+  EXPECT_EQ(started["status"], "killed") << started.dump();
+  EXPECT_EQ(forked["status"], "killed") << forked.dump();
+  EXPECT_EQ(victim["status"], "ok") << victim.dump();
+  EXPECT_EQ(victim["return"], "survived") << victim.dump();
+  EXPECT_EQ(fork_servers_of(node_.pid()), zygotes) << node_.log();
+  EXPECT_EQ(nice_of(zygotes[0]), 0);
+  EXPECT_NE(slurp("/proc/" + std::to_string(zygotes[0]) + "/stat").find(") S"), std::string::npos)
+      << "the fork server is not sleeping: " << slurp("/proc/" + std::to_string(zygotes[0]) + "/stat");
+  const json next = run_as(node_, "import os\ndef main(args):\n    return os.nice(0)", true);
+  EXPECT_EQ(next["return"], 0) << next.dump();
+}
+
 // The fork server clones each run's PID 1 itself, straight into the run's
 // namespaces: no process stands between them (one fork fewer per run).
 TEST_F(ForkServer, ClonesEachRunsPid1Itself) {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/evp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "fixture.h"
 #include "node_process.h"
 #include "nsbox/chunked_framing.h"
+#include "nsbox/netns.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
@@ -1613,6 +1615,32 @@ TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
   auto wrong = post(node.client(js_port), "/run", request(kDocumentedCode, {{"num", 4}}, 0, "python"));
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->body, "{\"output\": {\"return\": null, \"error\": \"Unsupported language: python\"}}");
+}
+
+// A host may set net.ipv6.bindv6only to 1; "[::]" still takes IPv4's
+// addresses (cpp-httplib turns IPV6_V6ONLY off), as the config check, which
+// refuses 0.0.0.0:p beside [::]:p, and OPERATIONS.md assume. Run in a
+// network namespace of the test's own, where the sysctl is its alone.
+TEST(NodeListeners, TheIpv6WildcardServesIpv4WhateverBindv6onlySays) {
+  std::string failure;
+  std::thread([&failure] {
+    // unshare applies to this thread only, and the node forked from it.
+    if (::unshare(CLONE_NEWNET) != 0) return void(failure = std::string("unshare: ") + std::strerror(errno));
+    if (int err = bring_up_loopback()) return void(failure = std::string("lo: ") + std::strerror(err));
+    {
+      std::ofstream sysctl("/proc/sys/net/ipv6/bindv6only");
+      sysctl << "1\n";
+      if (!sysctl.flush()) return void(failure = "cannot set net.ipv6.bindv6only in the test's netns");
+    }
+    if (slurp("/proc/sys/net/ipv6/bindv6only") != "1\n") return void(failure = "bindv6only is not 1");
+    const int wildcard_port = free_port();
+    NodeProcess node("tenants:\n  - name: public\n    profile: default\ndefault_tenant: public\n",
+                     "  - address: \"[::]:" + std::to_string(wildcard_port) + "\"\n");
+    if (!node.ready()) return void(failure = "node not ready: " + node.log());
+    auto health = node.client(wildcard_port).Get("/health");
+    if (!health || health->status != 200) failure = "no answer on 127.0.0.1 from the [::] listener: " + node.log();
+  }).join();
+  EXPECT_EQ(failure, "");
 }
 
 // A unix datagram socket standing in for systemd's $NOTIFY_SOCKET.
