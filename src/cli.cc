@@ -26,6 +26,7 @@
 #include "nsbox/profile_loader.h"
 #include "nsbox/runtime.h"
 #include "nsbox/sandbox.h"
+#include "nsbox/stdio_relay.h"
 #include "nsbox/unique_fd.h"
 #include "nsbox/units.h"
 
@@ -255,7 +256,12 @@ int run_command(const RunOptions& opt) {
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   check_cgroup_parent(spec, opt.sandbox.cgroup_parent);
+  std::optional<StdioRelay> relay;
+  if (!opt.json) relay.emplace(spec.limits.file_size);
   Result result = launcher.run(spec, cancel.get());
+  if (relay) {
+    for (auto& problem : relay->finish()) result.warnings.push_back(std::move(problem));
+  }
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;
     return result.exit_code;

@@ -3,6 +3,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <set>
 
 #include "fixture.h"
+#include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
 namespace {
@@ -182,6 +184,90 @@ TEST(Isolation, DangerousSyscallsAreDenied) {
             "keyctl EPERM\nbpf EPERM\nperf_event_open EPERM\nuserfaultfd EPERM\n"
             "clone_newns EPERM\nclone3 ENOSYS\nio_uring_setup ENOSYS\npersonality EPERM\n"
             "pivot_root EPERM\nchroot EPERM\nopen_by_handle_at EPERM\nsyslog EPERM\n");
+}
+
+// `nsbox run` with its stdio on files, as `nsbox run ... >> runs.log 2>&1
+// < in.txt` leaves it: runs nsbox with fds 0, 1 and 2 as given (-1: the
+// test's own) and returns its exit code.
+int run_cli_on_fds(const std::vector<std::string>& args, int in, int out, int err) {
+  std::vector<char*> argv;
+  std::string binary = NSBOX_BINARY;
+  argv.push_back(binary.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (in >= 0) ::dup2(in, 0);
+    if (out >= 0) ::dup2(out, 1);
+    if (err >= 0) ::dup2(err, 2);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(126);
+  }
+  return wait_cli(pid);
+}
+
+// A file nsbox's stdio names reaches the run as a stream only: not its
+// host path, not what it held before (the sandbox user may read it through
+// /proc/self/fd), not ftruncate.
+TEST(Isolation, TheCallersStdioFilesReachARunAsStreamsOnly) {
+  TempDir dir;
+  const std::string log = dir.write("runs.log", "EARLIER-RUN secret=hunter2\n");
+  ASSERT_EQ(::chmod(log.c_str(), 0644), 0);
+  const std::string input = dir.write("in.txt", "line from the caller\n");
+  UniqueFd out(::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  UniqueFd in(::open(input.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(out && in);
+  const int code = run_cli_on_fds({"run", "--", "python3", "-c", R"(import os, sys
+print('links', os.readlink('/proc/self/fd/0'), os.readlink('/proc/self/fd/1'), os.readlink('/proc/self/fd/2'))
+try:
+    print('reopened', open('/proc/self/fd/1').read().replace('\n', '|'))
+except OSError as e:
+    print('reopen refused', e.errno)
+sys.stdout.flush()
+try:
+    os.ftruncate(1, 0)
+    print('truncated')
+except OSError as e:
+    print('truncate refused', e.errno)
+print('input', sys.stdin.read().strip())
+sys.stderr.write('to stderr\n'))"},
+                                  in.get(), out.get(), out.get());
+  EXPECT_EQ(code, 0);
+  const std::string text = slurp(log);
+  EXPECT_EQ(text.rfind("EARLIER-RUN secret=hunter2\n", 0), 0u) << text;
+  EXPECT_EQ(text.find("secret", 20), std::string::npos) << "the run read the file's earlier contents:\n" << text;
+  EXPECT_EQ(text.find("truncated"), std::string::npos) << text;
+  EXPECT_EQ(text.find(dir.path()), std::string::npos) << "the run saw the host path:\n" << text;
+  EXPECT_NE(text.find("links pipe:"), std::string::npos) << text;
+  EXPECT_NE(text.find("input line from the caller\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("to stderr\n"), std::string::npos) << text;
+}
+
+TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {
+  TempDir dir;
+  UniqueFd directory(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const std::string err_path = dir.path() + "/err";
+  UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  ASSERT_TRUE(directory && err);
+  // fchdir(0) would walk the host's tree from there.
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "true"}, directory.get(), -1, err.get()), 2);
+  EXPECT_NE(slurp(err_path).find("standard input is a directory"), std::string::npos) << slurp(err_path);
+
+  // The run's RLIMIT_FSIZE no longer meets the file; nsbox keeps it.
+  const std::string profile = dir.write("small.yaml", "name: small\nextends: default\nlimits:\n  file_size: 1MiB\n");
+  const std::string out_path = dir.path() + "/out";
+  UniqueFd out(::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  UniqueFd err2(::open(err_path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC));
+  EXPECT_EQ(run_cli_on_fds({"run", "--profile", profile, "--", "python3", "-c",
+                            "import sys\nfor _ in range(3): sys.stdout.write('x' * (1 << 20))"},
+                           -1, out.get(), err2.get()),
+            0);
+  struct stat st {};
+  ASSERT_EQ(::stat(out_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 1 << 20);
+  EXPECT_NE(slurp(err_path).find("standard output: the run's output past 1MiB (its file size limit) was dropped"),
+            std::string::npos)
+      << slurp(err_path);
 }
 
 TEST(Isolation, TerminalInjectionIoctlIsDenied) {

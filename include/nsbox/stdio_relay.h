@@ -1,0 +1,62 @@
+// `nsbox run` without --json hands the workload nsbox's own stdin, stdout
+// and stderr. A descriptor of a file gives a run more than a stream: the
+// file's host path (readlink /proc/self/fd/1), its earlier contents (opened
+// again through that link, as the sandbox user may read it) and ftruncate.
+// Such a descriptor is swapped for a pipe that a thread of nsbox copies to
+// or from the file; a directory is refused (fchdir to it would open the
+// host's tree to the run). Terminals, pipes, sockets and other devices are
+// handed over as they are.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nsbox/unique_fd.h"
+
+namespace nsbox {
+
+class StdioRelay {
+ public:
+  // Swaps each of fds 0, 1 and 2 that names a regular file or a block
+  // device for a pipe. At most max_output_bytes of each output reach its
+  // file (the run's RLIMIT_FSIZE, which it no longer meets there); the
+  // rest is read and dropped. Throws UsageError for a directory, SysError
+  // when a pipe cannot be made.
+  explicit StdioRelay(uint64_t max_output_bytes);
+  ~StdioRelay();
+  StdioRelay(const StdioRelay&) = delete;
+  StdioRelay& operator=(const StdioRelay&) = delete;
+
+  // Puts the original descriptors back and waits until what the run wrote
+  // has reached them. Returns what went wrong on the way (a full disk, the
+  // cap reached), one line each.
+  std::vector<std::string> finish();
+
+ private:
+  struct Lane {
+    std::vector<int> targets;  // the stdio numbers it stands in for
+    UniqueFd original;         // the file, as the caller gave it
+    UniqueFd ours;             // our end of the pipe (non-blocking)
+    bool input = false;
+    uint64_t copied = 0;
+    std::string problem;
+    std::thread thread;
+  };
+  void add_lane(std::vector<int> targets, bool input);
+  void pump_output(Lane& lane);
+  void pump_input(Lane& lane);
+  // Waits up to 100 ms for events on fd; false once finish() has begun
+  // and nothing came.
+  bool wait_for(int fd, short events);
+
+  uint64_t max_output_bytes_;
+  std::atomic<bool> finishing_{false};
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  bool finished_ = false;
+};
+
+}  // namespace nsbox

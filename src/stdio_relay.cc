@@ -1,0 +1,173 @@
+#include "nsbox/stdio_relay.h"
+
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "nsbox/error.h"
+#include "nsbox/units.h"
+
+namespace nsbox {
+
+namespace {
+
+const char* stdio_name(int fd) { return fd == 0 ? "standard input" : fd == 1 ? "standard output" : "standard error"; }
+
+// Whether fd's file is one a run must not hold itself. fstat failing (a
+// closed fd, which main() never leaves) hands it over as it is.
+bool needs_relay(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return false;
+  if (S_ISDIR(st.st_mode))
+    throw UsageError(std::string(stdio_name(fd)) +
+                     " is a directory: a sandbox given it could reach the host's files through it");
+  return S_ISREG(st.st_mode) || S_ISBLK(st.st_mode);
+}
+
+// Whether fds a and b of this process are one open file (2>&1).
+bool same_open_file(int a, int b) {
+  const pid_t self = ::getpid();
+  return ::syscall(SYS_kcmp, self, self, KCMP_FILE, a, b) == 0;
+}
+
+}  // namespace
+
+StdioRelay::StdioRelay(uint64_t max_output_bytes) : max_output_bytes_(max_output_bytes) {
+  const bool in = needs_relay(0), out = needs_relay(1), err = needs_relay(2);
+  try {
+    if (in) add_lane({0}, true);
+    if (out && err && same_open_file(1, 2)) {
+      add_lane({1, 2}, false);  // one pipe keeps the two streams in the order written
+    } else {
+      if (out) add_lane({1}, false);
+      if (err) add_lane({2}, false);
+    }
+  } catch (...) {
+    finish();
+    throw;
+  }
+}
+
+StdioRelay::~StdioRelay() { finish(); }
+
+void StdioRelay::add_lane(std::vector<int> targets, bool input) {
+  auto lane = std::make_unique<Lane>();
+  lane->input = input;
+  lane->targets = std::move(targets);
+  const int first = lane->targets.front();
+  lane->original.reset(::fcntl(first, F_DUPFD_CLOEXEC, 3));
+  if (!lane->original) throw SysError("dup", stdio_name(first), errno);
+  int ends[2];
+  if (::pipe2(ends, O_CLOEXEC) != 0) throw SysError("pipe", std::string("relay of ") + stdio_name(first), errno);
+  UniqueFd read_end(ends[0]), write_end(ends[1]);
+  UniqueFd& sandbox_end = input ? read_end : write_end;
+  lane->ours = std::move(input ? write_end : read_end);
+  if (::fcntl(lane->ours.get(), F_SETFL, O_NONBLOCK) != 0)
+    throw SysError("fcntl", std::string("relay of ") + stdio_name(first), errno);
+  // The lane is complete before any stdio number changes: finish() puts
+  // back every number of every lane listed.
+  Lane& l = *lane;
+  lanes_.push_back(std::move(lane));
+  for (int target : l.targets) {
+    if (::dup2(sandbox_end.get(), target) < 0) throw SysError("dup2", stdio_name(target), errno);
+  }
+  l.thread = std::thread([this, &l] {
+    // A run that stops reading its input makes our write fail with EPIPE;
+    // the signal it raises stays with this thread, blocked.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    if (l.input) {
+      pump_input(l);
+    } else {
+      pump_output(l);
+    }
+  });
+}
+
+bool StdioRelay::wait_for(int fd, short events) {
+  pollfd p{fd, events, 0};
+  const int n = ::poll(&p, 1, 100);
+  return n != 0 || !finishing_.load();
+}
+
+void StdioRelay::pump_output(Lane& lane) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(lane.ours.get(), buf, sizeof buf);
+    if (n == 0) return;  // every writer is gone: the run is over
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) return;
+      if (!wait_for(lane.ours.get(), POLLIN)) return;
+      continue;
+    }
+    const uint64_t room = max_output_bytes_ - std::min(max_output_bytes_, lane.copied);
+    size_t length = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
+    if (length < static_cast<size_t>(n) && lane.problem.empty())
+      lane.problem = std::string(stdio_name(lane.targets.front())) + ": the run's output past " +
+                     format_size(max_output_bytes_) + " (its file size limit) was dropped";
+    for (size_t done = 0; done < length;) {
+      const ssize_t w = ::write(lane.original.get(), buf + done, length - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        lane.problem = std::string("writing the run's ") + stdio_name(lane.targets.front()) + ": " +
+                       std::strerror(w < 0 ? errno : EIO) + "; the rest was dropped";
+        lane.copied = max_output_bytes_;
+        length = done;
+        break;
+      }
+      done += static_cast<size_t>(w);
+    }
+    lane.copied += length;
+  }
+}
+
+void StdioRelay::pump_input(Lane& lane) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(lane.original.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) lane.problem = std::string("reading ") + stdio_name(0) + " for the run: " + std::strerror(errno);
+    if (n <= 0) break;
+    for (size_t done = 0; done < static_cast<size_t>(n);) {
+      const ssize_t w = ::write(lane.ours.get(), buf + done, static_cast<size_t>(n) - done);
+      if (w > 0) {
+        done += static_cast<size_t>(w);
+      } else if (w < 0 && errno == EAGAIN) {
+        if (!wait_for(lane.ours.get(), POLLOUT)) return;
+      } else if (w >= 0 || errno != EINTR) {
+        return;  // EPIPE: the run no longer reads its input
+      }
+    }
+  }
+  lane.ours.reset();  // end of input for the run
+}
+
+std::vector<std::string> StdioRelay::finish() {
+  std::vector<std::string> problems;
+  if (finished_) return problems;
+  finished_ = true;
+  // Our own copies of the sandbox's ends close here; once the run's are
+  // gone too, each pump sees the end of its stream.
+  for (auto& lane : lanes_) {
+    for (int target : lane->targets) ::dup2(lane->original.get(), target);
+  }
+  finishing_ = true;
+  for (auto& lane : lanes_) {
+    if (lane->thread.joinable()) lane->thread.join();
+    if (!lane->problem.empty()) problems.push_back(lane->problem);
+  }
+  return problems;
+}
+
+}  // namespace nsbox
