@@ -26,16 +26,18 @@ constexpr unsigned long kAtimeFlags = MS_NOATIME | MS_NODIRATIME | MS_RELATIME |
 constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
 // Files of /proc that leak host kernel state or act on the host; each is
-// hidden behind /dev/null.
+// hidden behind /dev/null. The host's boot arguments, and host-wide
+// interrupt and disk counters that move with other tenants' runs, too.
 constexpr const char* kMaskedProcFiles[] = {
     "/proc/kcore",         "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",
     "/proc/latency_stats", "/proc/sched_debug",   "/proc/kallsyms",   "/proc/kmsg",
     "/proc/config.gz",     "/proc/kpagecount",    "/proc/kpageflags", "/proc/kpagecgroup",
+    "/proc/cmdline",       "/proc/interrupts",    "/proc/softirqs",   "/proc/diskstats",
 };
-// Directories of /proc with host-wide knobs or hardware details; each is
-// hidden behind an empty read-only tmpfs.
-constexpr const char* kMaskedProcDirs[] = {"/proc/sys", "/proc/acpi", "/proc/scsi",  "/proc/irq",
-                                           "/proc/bus", "/proc/fs",   "/proc/driver"};
+// Directories of /proc with host-wide knobs, hardware details or pressure
+// figures; each is hidden behind an empty read-only tmpfs.
+constexpr const char* kMaskedProcDirs[] = {"/proc/sys", "/proc/acpi", "/proc/scsi",   "/proc/irq",
+                                           "/proc/bus", "/proc/fs",   "/proc/driver", "/proc/pressure"};
 
 // Top-level rootfs entries nsbox provides itself.
 constexpr const char* kProvidedTopLevel[] = {"proc", "dev", "tmp", "sys"};
@@ -267,11 +269,14 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
             .data = "mode=0755,size=64k,nr_inodes=64",
             .flags = MS_NOSUID | MS_NOEXEC,
             .create = TargetCreate::kDirectory});
+  // The host's own nodes: read-only binds, so that a run cannot change
+  // their timestamps or modes (writing to the device still works).
   for (const char* dev : kDevices) {
     plan.add({.kind = MountKind::kBind,
               .source = std::string("/dev/") + dev,
               .target = std::string("/dev/") + dev,
               .flags = MS_BIND,
+              .remount_flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC,
               .create = TargetCreate::kFile});
   }
   plan.add({.kind = MountKind::kSymlink, .source = "/proc/self/fd", .target = "/dev/fd"});

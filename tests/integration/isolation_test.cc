@@ -340,7 +340,8 @@ TEST(Isolation, DevHasOnlyTheMinimalNodes) {
 TEST(Isolation, MaskedProcFilesAreEmpty) {
   // Only masks of files this kernel has can be checked; at least two must be.
   std::string present;
-  for (const char* f : {"kcore", "sysrq-trigger", "timer_list", "keys", "sched_debug", "kallsyms"}) {
+  for (const char* f : {"kcore", "sysrq-trigger", "timer_list", "keys", "sched_debug", "kallsyms", "cmdline",
+                        "interrupts", "softirqs", "diskstats"}) {
     if (::access((std::string("/proc/") + f).c_str(), F_OK) == 0) present += std::string("'") + f + "',";
   }
   ASSERT_GE(std::count(present.begin(), present.end(), ','), 2) << present;
@@ -350,14 +351,15 @@ TEST(Isolation, MaskedProcFilesAreEmpty) {
       present +
       "]:\n"
       "    print(f, len(open('/proc/' + f, 'rb').read(64)))\n"
-      "print('sys', os.listdir('/proc/sys'))\n");
+      "print('sys', os.listdir('/proc/sys'))\n"
+      "print('pressure', os.listdir('/proc/pressure') if os.path.isdir('/proc/pressure') else [])\n");
   std::string expected;
   for (size_t pos = 0; (pos = present.find('\'', pos)) != std::string::npos;) {
     size_t end = present.find('\'', pos + 1);
     expected += present.substr(pos + 1, end - pos - 1) + " 0\n";
     pos = end + 1;
   }
-  EXPECT_EQ(out, expected + "sys []\n");
+  EXPECT_EQ(out, expected + "sys []\npressure []\n");
 }
 
 TEST(Isolation, UnprivilegedCallerGetsItsOwnUid) {
