@@ -1264,10 +1264,13 @@ void raise_open_file_limit() {
 }  // namespace
 
 int run_node(const NodeOptions& options) {
-  NodeConfig config = load_node_config(options);
+  // Forked first, while this process has one thread (DESIGN.md) and before
+  // the config brings the tenants' tokens into its memory, of which the
+  // spawner, its workers and every started sandbox's PID 1 are copies.
   raise_open_file_limit();
-  // Forked first, while this process has one thread (DESIGN.md).
-  Spawner spawner = Spawner::start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
+  Spawner spawner = Spawner::fork_waiting();
+  NodeConfig config = load_node_config(options);
+  spawner.start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
   sigset_t signals;
   sigemptyset(&signals);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);

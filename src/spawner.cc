@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -37,6 +38,7 @@ using json = nlohmann::ordered_json;
 
 constexpr char kReady = 'R';
 constexpr char kFailed = 'E';
+constexpr char kOptions = 'O';
 constexpr char kJob = 'J';
 constexpr char kPool = 'P';
 // The most a pool config may be (every tenant's resolved profile twice).
@@ -599,12 +601,25 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
   }
 }
 
-[[noreturn]] void spawner_main(const LauncherOptions& options, UniqueFd control, PoolStats* stats) {
+// The options start() sends: kOptions and the cgroup parent.
+std::optional<LauncherOptions> receive_options(int control) {
+  char buf[PATH_MAX + 2];
+  ssize_t n;
+  do n = ::recv(control, buf, sizeof buf, 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 1 || buf[0] != kOptions) return std::nullopt;
+  return LauncherOptions{.cgroup_parent = std::string(buf + 1, static_cast<size_t>(n - 1)),
+                         .cgroup_host = std::nullopt};
+}
+
+[[noreturn]] void spawner_main(UniqueFd control, PoolStats* stats) {
   ::prctl(PR_SET_NAME, "nsbox-spawner", 0, 0, 0);
   ignore_terminal_signals();
+  const std::optional<LauncherOptions> options = receive_options(control.get());
+  if (!options) ::_exit(0);  // the node stopped before it started us (a bad config)
   std::optional<Launcher> launcher;
   try {
-    launcher.emplace(options);
+    launcher.emplace(*options);
   } catch (const std::exception& e) {
     std::string msg = kFailed + std::string(e.what());
     ::send(control.get(), msg.data(), msg.size(), MSG_NOSIGNAL);
@@ -699,7 +714,7 @@ void configure_pool(WarmPool& pool, ParsedProfiles& profiles, int fd) {
 
 }  // namespace
 
-Spawner Spawner::start(const LauncherOptions& options) {
+Spawner Spawner::fork_waiting() {
   // The pool's counters live in a page shared with the spawner.
   void* page = ::mmap(nullptr, sizeof(PoolStats), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) throw SysError("mmap", "pool statistics", errno);
@@ -716,18 +731,26 @@ Spawner Spawner::start(const LauncherOptions& options) {
   if (pid == 0) {
     parent.reset();
     try {
-      spawner_main(options, std::move(child), stats.get());
+      spawner_main(std::move(child), stats.get());
     } catch (...) {
       ::_exit(1);  // never unwind into the server's code in a forked copy
     }
   }
   child.reset();
-  Spawner s(pid, std::move(parent), std::move(stats));
+  return Spawner(pid, std::move(parent), std::move(stats));
+}
+
+void Spawner::start(const LauncherOptions& options) {
+  if (options.cgroup_host) throw std::invalid_argument("the spawner detects the host's cgroups itself");
+  if (options.cgroup_parent.size() > PATH_MAX) throw UsageError("cgroup_parent is longer than PATH_MAX");
+  const std::string message = kOptions + options.cgroup_parent;
+  if (::send(control_.get(), message.data(), message.size(), MSG_NOSIGNAL) < 0)
+    throw SysError("send", "spawner options", errno);
   char buf[4096];
   ssize_t n;
-  do n = ::recv(s.control_.get(), buf, sizeof buf, 0);
+  do n = ::recv(control_.get(), buf, sizeof buf, 0);
   while (n < 0 && errno == EINTR);
-  if (n == 1 && buf[0] == kReady) return s;
+  if (n == 1 && buf[0] == kReady) return;
   if (n > 1 && buf[0] == kFailed)
     throw UsageError("the spawner could not start: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
   throw SysError("start", "spawner", n < 0 ? errno : EPIPE);

@@ -43,10 +43,15 @@ using JobResult = nlohmann::ordered_json;
 
 class Spawner {
  public:
-  // Forks the spawner; it builds its Launcher (cgroup detection, stale run
-  // cleanup) and reports ready or the error, which is thrown here. Call only
-  // while the process is single-threaded.
-  static Spawner start(const LauncherOptions& options);
+  // Forks the spawner, which waits for start(). Call only while the process
+  // is single-threaded, and before it holds anything secret: the node's
+  // config (its tenants' tokens) is read after, since every started
+  // sandbox's PID 1 and every worker is a copy of the spawner's memory.
+  static Spawner fork_waiting();
+  // Sends the spawner its options (the cgroup parent; it detects the
+  // host's cgroups itself); it builds its Launcher (cgroup detection, stale
+  // run cleanup) and reports ready or the error, which is thrown here.
+  void start(const LauncherOptions& options);
 
   Spawner(Spawner&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)),

@@ -12,10 +12,12 @@
 #include <cctype>
 #include <cstring>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -240,6 +242,40 @@ TEST_F(ForkServer, WhatARunSendsToItsProcessGroupReachesNoOtherSandbox) {
       << "the fork server is not sleeping: " << slurp("/proc/" + std::to_string(zygotes[0]) + "/stat");
   const json next = run_as(node_, "import os\ndef main(args):\n    return os.nice(0)", true);
   EXPECT_EQ(next["return"], 0) << next.dump();
+}
+
+// Whether needle is anywhere in the readable memory of process pid (read
+// as root through /proc/PID/mem). Regions that cannot be read are skipped.
+bool memory_holds(pid_t pid, const std::string& needle) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  UniqueFd mem(::open((proc + "/mem").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!mem) return false;
+  std::istringstream maps(slurp(proc + "/maps"));
+  for (std::string line; std::getline(maps, line);) {
+    unsigned long start = 0, end = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &start, &end, perms) != 3 || perms[0] != 'r') continue;
+    if (line.find("[vvar") != std::string::npos || line.find("[vsyscall]") != std::string::npos) continue;
+    std::string region(end - start, '\0');
+    const ssize_t n = ::pread(mem.get(), region.data(), region.size(), static_cast<off_t>(start));
+    if (n > 0 && std::string_view(region.data(), static_cast<size_t>(n)).find(needle) != std::string_view::npos)
+      return true;
+  }
+  return false;
+}
+
+// The node reads its config, and so its tenants' tokens, only after it has
+// forked the spawner: the spawner, its workers, the fork servers and every
+// sandbox's PID 1 (a copy of the spawner's or a worker's memory, which one
+// read primitive in a run would expose) hold none.
+TEST_F(ForkServer, NoProcessButTheServerHoldsATenantsToken) {
+  ASSERT_TRUE(memory_holds(node_.pid(), kForkedToken)) << "the check would prove nothing";
+  const std::vector<pid_t> descendants = descendants_with_cmdline(node_.pid(), "");
+  ASSERT_GE(descendants.size(), 4u);  // the spawner, workers, sandboxes, fork servers
+  for (pid_t pid : descendants) {
+    EXPECT_FALSE(memory_holds(pid, kForkedToken))
+        << "process " << pid << " (" << first_line("/proc/" + std::to_string(pid) + "/comm") << ") holds a token";
+  }
 }
 
 // The fork server clones each run's PID 1 itself, straight into the run's
