@@ -571,6 +571,14 @@ const TenantConfig* tenant_of_bearer(const NodeConfig& cfg, const httplib::Reque
   return is_bearer(value) ? cfg.tenant_for_token(value.substr(kBearer.size())) : nullptr;
 }
 
+// Whether the request may read /metrics: any, unless the config names a
+// token for it.
+bool metrics_token_matches(const NodeConfig& cfg, const httplib::Request& req) {
+  if (cfg.metrics_token.empty()) return true;
+  const std::string value = req.get_header_value("Authorization");
+  return is_bearer(value) && constant_time_equal(value.substr(kBearer.size()), cfg.metrics_token);
+}
+
 }  // namespace
 
 void Node::reject(const httplib::Request& req, httplib::Response& res, const char* reason, int status,
@@ -975,8 +983,13 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     }
     reply(req, res, 200, "{\"status\": \"ok\"}");
   });
-  svr->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  svr->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     auto cfg_now = config();
+    if (!metrics_token_matches(*cfg_now, req)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      return reject(req, res, "unauthorized", 401,
+                    "unauthorized: /metrics needs Authorization: Bearer <metrics token>");
+    }
     const PoolStats& ps = spawner_.pool_stats();
     Metrics::Gauges g;
     g.running = admission_.running();

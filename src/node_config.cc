@@ -34,13 +34,16 @@ constexpr size_t kMaxTenantNameLength = 64;
 // The one description of which keys each map accepts.
 const profile_yaml::Schema& schema() {
   static const profile_yaml::Schema sections = {
-      {"", {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors", "cgroup_parent"}},
+      {"",
+       {"listeners", "tenants", "default_tenant", "limits", "audit_log", "log_level", "cors", "cgroup_parent",
+        "metrics"}},
       {"listeners[]", {"address", "language", "tenant"}},
       {"tenants[]", {"name", "token", "token_file", "profile", "max_requests"}},
       {"limits",
        {"max_concurrent", "queue_depth", "body_limit", "client_timeout", "request_timeout", "grace_period", "pool_size",
         "pool_memory"}},
       {"cors", {"allow_origins"}},
+      {"metrics", {"token", "token_file"}},
   };
   return sections;
 }
@@ -89,6 +92,16 @@ std::string read_token_file(const Field& at, const std::string& path) {
 std::string relative_to(const std::string& dir, const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
   return (std::filesystem::path(dir) / path).lexically_normal().string();
+}
+
+// A map's `token` or `token_file` (one of them, or neither: "").
+std::string read_token_or_token_file(const MapReader& map, const std::string& dir) {
+  auto token = map.get("token");
+  auto token_file = map.get("token_file");
+  if (token && token_file) token_file->fail("give either token or token_file, not both");
+  if (token) return check_token(*token, token->text());
+  if (token_file) return read_token_file(*token_file, relative_to(dir, token_file->text()));
+  return "";
 }
 
 bool is_profile_path(const std::string& ref) {
@@ -155,11 +168,7 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
     name->fail("\"" + t.name +
                "\" is not a valid tenant name: use lowercase letters, digits, "
                "'.', '_' and '-', starting with a letter or digit, at most 64 characters");
-  auto token = map.get("token");
-  auto token_file = map.get("token_file");
-  if (token && token_file) token_file->fail("give either token or token_file, not both");
-  if (token) t.token = check_token(*token, token->text());
-  if (token_file) t.token = read_token_file(*token_file, relative_to(dir, token_file->text()));
+  t.token = read_token_or_token_file(map, dir);
   auto profile = map.get("profile");
   if (!profile) f.fail("missing key 'profile': the profile tenant " + t.name + " runs under");
   t.profile_ref = profile->text();
@@ -355,6 +364,12 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
     }
   }
   if (auto v = map.get("cgroup_parent")) c.cgroup_parent = v->absolute_path();
+  if (auto v = map.get("metrics")) {
+    c.metrics_token = read_token_or_token_file(MapReader(*v, keys_of("metrics")), dir);
+    if (c.metrics_token.empty()) v->fail("give the token /metrics asks for: token or token_file");
+    if (c.tenant_for_token(c.metrics_token))
+      v->fail("the metrics token is a tenant's token: a tenant would read every tenant's figures");
+  }
   check_references(top, c);
   return c;
 }

@@ -56,6 +56,9 @@ struct NodeConfig {
   std::string log_level = "info";
   std::vector<std::string> cors_origins;
   std::string cgroup_parent;  // as --cgroup-parent; not reloadable
+  // The bearer token GET /metrics asks for (its figures name every tenant);
+  // empty: /metrics answers whoever reaches a listener.
+  std::string metrics_token;
 
   const TenantConfig* tenant(const std::string& name) const;
   // The tenant whose token equals token, compared in constant time against

@@ -1600,6 +1600,31 @@ TEST(NodeDeadlines, AHeadEndingInABareEmptyLineIs400AtOnce) {
   EXPECT_EQ(rejected_count(metrics->body, "bad_request"), "2") << metrics->body;
 }
 
+// /metrics names every tenant and its figures: with a metrics token in the
+// config, no one else reads them, a tenant with its own token included.
+TEST(NodeListeners, AMetricsTokenKeepsTheFiguresFromEveryoneElse) {
+  NodeProcess node(
+      "tenants:\n  - {name: alpha, token: alpha-token-0123456789, profile: default}\n"
+      "metrics:\n  token: metrics-token-0123456789\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  auto anonymous = node.client().Get("/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->body.find("alpha"), std::string::npos) << anonymous->body;
+  EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer");
+  auto tenant = node.client().Get("/metrics", {{"Authorization", "Bearer alpha-token-0123456789"}});
+  ASSERT_TRUE(tenant);
+  EXPECT_EQ(tenant->status, 401);
+  auto scraper = node.client().Get("/metrics", {{"Authorization", "Bearer metrics-token-0123456789"}});
+  ASSERT_TRUE(scraper);
+  EXPECT_EQ(scraper->status, 200);
+  EXPECT_NE(scraper->body.find("nsbox_rejected_requests_total{reason=\"unauthorized\"} 2"), std::string::npos)
+      << scraper->body;
+  auto health = node.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << "/health needs no token";
+}
+
 TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
   const int js_port = free_port();
   NodeProcess node(

@@ -172,11 +172,23 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},
       {"tenants:\n  - {name: a, profile: default, max_requests: 0}\n", "tenants[0].max_requests"},
       {"- a\n", "the top level must be a map of node settings"},
+      {std::string(kMinimal) + "metrics: {}\n", "metrics: give the token /metrics asks for: token or token_file"},
+      {std::string(kMinimal) + "metrics:\n  token: 0123456789abcdef0\n  token_file: x\n",
+       "give either token or token_file, not both"},
+      {"tenants:\n  - {name: a, token: 0123456789abcdef0, profile: default}\nmetrics: {token: 0123456789abcdef0}\n",
+       "the metrics token is a tenant's token: a tenant would read every tenant's figures"},
+      {std::string(kMinimal) + "metrics: {token: short}\n", "metrics.token: a token must have 16 to 4096 characters"},
   };
   for (const auto& tc : cases) {
     std::string e = load_error(tc.text);
     EXPECT_NE(e.find(tc.error), std::string::npos) << tc.text << "\n  got: " << e << "\n  want: " << tc.error;
   }
+}
+
+TEST(NodeConfig, AMetricsTokenIsReadAndNoneMeansOpenMetrics) {
+  EXPECT_EQ(load(kMinimal).metrics_token, "");
+  EXPECT_EQ(load(std::string(kMinimal) + "metrics:\n  token: metrics-token-0123456789\n").metrics_token,
+            "metrics-token-0123456789");
 }
 
 TEST(NodeConfig, ListenersOnOnePortWithDistinctAddressesAreFine) {
