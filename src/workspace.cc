@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "cgroup_internal.h"
 #include "nsbox/cgroup.h"
@@ -218,11 +220,34 @@ struct LazyDir {
   }
 };
 
-bool has_control_character(const std::string& name) {
-  return std::any_of(name.begin(), name.end(), [](char ch) {
-    const auto c = static_cast<unsigned char>(ch);
-    return c < 0x20 || c == 0x7f;
-  });
+// Decodes one UTF-8 sequence of text at i (strict: no overlong forms,
+// surrogates or code points past U+10FFFF); -1 when it is not one.
+int32_t next_code_point(std::string_view text, size_t& i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  const size_t length = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xe ? 3 : (lead >> 3) == 0x1e ? 4 : 0;
+  if (length == 0 || i + length > text.size()) return -1;
+  int32_t cp = length == 1 ? lead : lead & (0x7f >> length);
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  static constexpr int32_t kLeast[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kLeast[length] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;
+  i += length;
+  return cp;
+}
+
+// Why an artifact's name cannot be returned as it is, or nullptr. Names
+// become JSON strings: bytes that are not UTF-8 would each become U+FFFD,
+// and two files would come back under one name.
+const char* name_problem(std::string_view name) {
+  for (size_t i = 0; i < name.size();) {
+    const int32_t cp = next_code_point(name, i);
+    if (cp < 0) return "a name that is not valid UTF-8";
+    if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) return "a name with control characters";
+  }
+  return nullptr;
 }
 
 struct Collector {
@@ -265,8 +290,8 @@ struct Collector {
   }
 
   void visit(int dir_fd, LazyDir& dst, const std::string& n, const std::string& rel, int depth) {
-    if (has_control_character(n)) {
-      refuse(printable(rel) + ": a name with control characters, not returned");
+    if (const char* problem = name_problem(n)) {
+      refuse(printable(rel) + ": " + problem + ", not returned");
       return;
     }
     // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted by the run is

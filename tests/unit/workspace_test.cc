@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "nsbox/digest.h"
@@ -148,6 +149,33 @@ TEST_F(Artifacts, NamesWithControlCharactersAreRefusedAndShownWithoutThem) {
   ASSERT_EQ(report.refused.size(), 2u);
   EXPECT_EQ(report.refused[0], "evil??[31mname: a name with control characters, not returned");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(root_ / "copy"), {}), 2) << "a.txt and sub/ only";
+}
+
+// Names become JSON strings: bytes that are not UTF-8 would each become
+// U+FFFD there, and report-\xff.csv, report-\xfe.csv and a real
+// report-U+FFFD.csv would all come back as one name.
+TEST_F(Artifacts, NamesThatAreNotUtf8AreRefusedSoTwoFilesNeverShareAName) {
+  const auto out = root_ / "ws" / "out";
+  for (const char* bad : {"report-\xff.csv", "report-\xfe.csv", "overlong-\xc0\xaf", "surrogate-\xed\xa0\x80",
+                          "past-max-\xf4\x90\x80\x80", "cut-\xe2\x82", "nel-\xc2\x85"})
+    write_file(out / bad, "x");
+  for (const char* good : {"report-\xef\xbf\xbd.csv", "caf\xc3\xa9.txt", "emoji-\xf0\x9f\x93\x88.png"})
+    write_file(out / good, "y");
+  WorkspaceSpec spec;
+  spec.artifacts_dir = (root_ / "copy").string();
+  ArtifactReport report = collect_artifacts(spec, dir_.get());
+  std::set<std::string> names;
+  for (const auto& a : report.artifacts) names.insert(a.name);
+  for (const char* good : {"report-\xef\xbf\xbd.csv", "caf\xc3\xa9.txt", "emoji-\xf0\x9f\x93\x88.png"})
+    EXPECT_EQ(names.count(good), 1u) << good;
+  EXPECT_EQ(report.artifacts.size(), 2u + 3u);
+  size_t not_utf8 = 0, control = 0;
+  for (const auto& r : report.refused) {
+    not_utf8 += r.find(": a name that is not valid UTF-8, not returned") != std::string::npos;
+    control += r.find(": a name with control characters, not returned") != std::string::npos;
+  }
+  EXPECT_EQ(not_utf8, 6u);
+  EXPECT_EQ(control, 1u) << "U+0085 is a C1 control";
 }
 
 // Not as root a workspace is plain directories, and the run may nest them
