@@ -68,5 +68,22 @@ TEST(Outcome, AResultOfMoreThanAMillionValuesIsASerializationErrorNotParsed) {
   EXPECT_EQ(o.error, "the return value holds more than 1000000 values (array elements and object members)");
 }
 
+// Python's json writes return 10**400 as its 401 digits; no double holds it.
+TEST(Outcome, ANumberBeyondADoublesRangeIsASerializationErrorThatSaysSo) {
+  const std::string big = "1" + std::string(400, '0');
+  const ExecOutcome o =
+      outcome_of(RunSpec{}, wrote_result(R"({"return":[1, )" + big + R"(],"error":null,"error_type":null})"));
+  EXPECT_EQ(o.status, "error");
+  EXPECT_EQ(o.error_type, "serialization");
+  EXPECT_NE(o.error.value_or("").find("a number beyond the range JSON numbers are read in"), std::string::npos)
+      << o.error.value_or("");
+  // Within the range it is read, as a double: 10**300.
+  const ExecOutcome fine = outcome_of(
+      RunSpec{}, wrote_result(R"({"return":1)" + std::string(300, '0') + R"(,"error":null,"error_type":null})"));
+  EXPECT_EQ(fine.status, "ok") << fine.error.value_or("");
+  // A result that is broken otherwise is still no result at all.
+  EXPECT_EQ(outcome_of(RunSpec{}, wrote_result(R"({"return":1)")).error_type, "runner");
+}
+
 }  // namespace
 }  // namespace nsbox
