@@ -248,6 +248,10 @@ void byte_cap_reached(Shared& s) {
 struct Decision {
   EgressVerdict verdict = EgressVerdict::kDenied;
   std::string reason;
+  // What the sandbox is told, when it must be told less than the reason
+  // (which the Result and the audit log carry): not which address is the
+  // host's own, nor what an allowed name resolved to.
+  std::string told;
   std::string address;
   UniqueFd upstream;
   int err = 0;               // failed: errno of the last connect, or 0 for a lookup failure
@@ -318,8 +322,8 @@ class Session {
     const std::string target = req.target.host + ":" + std::to_string(req.target.port);
     if (d.verdict != EgressVerdict::kAllowed) {
       int status = d.verdict == EgressVerdict::kDenied ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
-      reply(http_proxy_response(
-          status, "nsbox egress: " + std::string(to_string(d.verdict)) + " " + target + ": " + d.reason + "\n"));
+      reply(http_proxy_response(status, "nsbox egress: " + std::string(to_string(d.verdict)) + " " + target + ": " +
+                                            (d.told.empty() ? d.reason : d.told) + "\n"));
       return;
     }
     std::string pending = buf_.substr(end);
@@ -415,11 +419,11 @@ class Session {
       candidates.push_back(*target.address);
     } else {
       Verdict v = check_name(s_->policy, target.host, target.port);
-      if (!v.allowed) return record(protocol, target, {EgressVerdict::kDenied, v.reason, "", {}, 0});
+      if (!v.allowed) return record(protocol, target, {EgressVerdict::kDenied, v.reason, "", "", {}, 0});
       host_rule = v.host_rule;
       std::string error;
       candidates = resolve(s_, target.host, error);
-      if (candidates.empty()) return record(protocol, target, {EgressVerdict::kFailed, error, "", {}, 0});
+      if (candidates.empty()) return record(protocol, target, {EgressVerdict::kFailed, error, "", "", {}, 0});
     }
     std::vector<IpAddress> allowed;
     Verdict first_denial;
@@ -434,21 +438,31 @@ class Session {
       }
     }
     if (allowed.empty()) {
-      std::string why = target.address ? first_denial.reason : target.host + ": " + first_denial.reason;
-      return record(protocol, target, {EgressVerdict::kDenied, why, d.address, {}, 0});
+      Decision denied{EgressVerdict::kDenied,
+                      target.address ? first_denial.reason : target.host + ": " + first_denial.reason,
+                      "",
+                      d.address,
+                      {},
+                      0};
+      if (!target.address)
+        denied.told = target.host + ": the addresses it resolves to are refused by the profile's egress rules";
+      else if (first_denial.host_address)
+        denied.told = d.address + " is refused by the profile's egress rules";
+      return record(protocol, target, std::move(denied));
     }
     const auto deadline = after_ms(s_->timeouts.connect_ms);
     int err = 0;
     for (const auto& a : allowed) {
       UniqueFd fd = connect_to(*s_, a, target.port, deadline, err);
       if (fd)
-        return record(protocol, target, {EgressVerdict::kAllowed, d.reason, canonical(a).str(), std::move(fd), 0});
+        return record(protocol, target, {EgressVerdict::kAllowed, d.reason, "", canonical(a).str(), std::move(fd), 0});
       if (Clock::now() >= deadline || s_->stopping) break;
     }
+    const std::string port = " port " + std::to_string(target.port) + ": " + std::strerror(err);
     return record(protocol, target,
                   {EgressVerdict::kFailed,
-                   "connect to " + canonical(allowed.front()).str() + " port " + std::to_string(target.port) + ": " +
-                       std::strerror(err),
+                   "connect to " + canonical(allowed.front()).str() + port,
+                   target.address ? "" : "connect to " + target.host + port,
                    canonical(allowed.front()).str(),
                    {},
                    err});

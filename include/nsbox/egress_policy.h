@@ -94,6 +94,7 @@ struct Verdict {
   bool allowed = false;
   std::string reason;                     // the rule that allowed, or why it was refused
   const EgressRule* host_rule = nullptr;  // for a name that may be resolved
+  bool host_address = false;              // refused as one of the host's own addresses
 };
 
 // The first decision, before any DNS query: a name is only ever resolved when

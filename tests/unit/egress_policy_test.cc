@@ -490,6 +490,8 @@ TEST(EgressPolicy, TheHostsOwnAddressesAndPlatformServicesAreSpecial) {
   EXPECT_EQ(v.reason,
             "10.9.9.9 is an address of this host, refused by deny_private (only a cidr rule naming exactly that "
             "address allows it)");
+  EXPECT_TRUE(v.host_address) << "the sandbox is told less than this reason";
+  EXPECT_FALSE(check_address(internal, nullptr, ip("10.9.9.8"), 18084, cloud_host).host_address);
   EXPECT_FALSE(check_address(internal, nullptr, ip("fd00:9::9"), 18084, cloud_host).allowed);
   EXPECT_FALSE(check_address(internal, nullptr, ip("::ffff:10.9.9.9"), 18083, cloud_host).allowed);
   EXPECT_TRUE(check_address(internal, nullptr, ip("127.0.0.1"), 80, cloud_host).allowed)

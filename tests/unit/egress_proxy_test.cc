@@ -643,6 +643,29 @@ TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
   EXPECT_NE(c.reason.find("refused by deny_private"), std::string::npos) << c.reason;
 }
 
+// The sandbox has no DNS of its own: a refusal does not tell it what an
+// allowed name resolved to (an internal zone's answers), only the Result
+// and the audit log do.
+TEST(EgressProxy, ARefusedNameDoesNotTellTheSandboxItsAddresses) {
+  NoFdLeak guard;
+  Upstream up(Upstream::Mode::kEcho);
+  EgressPolicy p;
+  p.allow = {EgressRule{"localhost", std::nullopt, {up.port()}}};
+  RunningProxy px(p);
+  const std::string authority = "localhost:" + std::to_string(up.port());
+  UniqueFd c = dial(px.port);
+  ASSERT_TRUE(send_all(c.get(), connect_head(authority)));
+  ReadResult r = read_to_eof(c.get());
+  EXPECT_EQ(body_of(r.data),
+            "nsbox egress: denied " + authority +
+                ": localhost: the addresses it resolves to are refused by the profile's egress rules\n");
+  px.proxy.stop();
+  EXPECT_EQ(up.accepted(), 0u);
+  EgressReport rep = px.proxy.report();
+  ASSERT_EQ(rep.connections.size(), 1u);
+  EXPECT_NE(rep.connections[0].reason.find(" is loopback"), std::string::npos) << rep.connections[0].reason;
+}
+
 TEST(EgressProxy, Socks5DomainLocalhostAllowedWithoutDenyPrivate) {
   NoFdLeak guard;
   Upstream up(Upstream::Mode::kEcho);
