@@ -256,6 +256,10 @@ int run_command(const RunOptions& opt) {
   UniqueFd cancel = block_termination_signals();
   Launcher launcher(LauncherOptions{.cgroup_parent = opt.sandbox.cgroup_parent, .cgroup_host = std::nullopt});
   check_cgroup_parent(spec, opt.sandbox.cgroup_parent);
+  // A stopped nsbox could not end the run at its time limit, and the run,
+  // a session of its own, is not stopped with it: Ctrl-Z is ignored, and a
+  // terminal read from the background ends the run's input (EIO).
+  for (int sig : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
   std::optional<StdioRelay> relay;
   if (!opt.json) relay.emplace(spec.limits.file_size);
   Result result = launcher.run(spec, cancel.get());

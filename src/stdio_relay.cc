@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <linux/kcmp.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,21 +24,35 @@ namespace {
 
 const char* stdio_name(int fd) { return fd == 0 ? "standard input" : fd == 1 ? "standard output" : "standard error"; }
 
-// Whether fd's file is one a run must not hold itself. fstat failing (a
-// closed fd, which main() never leaves) hands it over as it is.
+// Whether fd's file is one a run must not hold itself: a file or block
+// device (its path, its contents through /proc/self/fd, ftruncate), a named
+// FIFO (its path) and, as input, a terminal (it would read what the
+// operator types while it runs in the background: a sandbox is a session of
+// its own, which the terminal's job control does not reach). fstat failing
+// (a closed fd, which main() never leaves) hands it over as it is.
 bool needs_relay(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return false;
   if (S_ISDIR(st.st_mode))
     throw UsageError(std::string(stdio_name(fd)) +
                      " is a directory: a sandbox given it could reach the host's files through it");
-  return S_ISREG(st.st_mode) || S_ISBLK(st.st_mode);
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return true;
+  if (S_ISFIFO(st.st_mode)) {
+    struct statfs fs {};
+    return ::fstatfs(fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;  // named, not a pipe
+  }
+  return fd == 0 && ::isatty(fd);
 }
 
-// Whether fds a and b of this process are one open file (2>&1).
-bool same_open_file(int a, int b) {
+// Whether fds a and b of this process write to one file: one open file
+// (2>&1), or one regular file opened twice (>>log 2>>log).
+bool same_file(int a, int b) {
   const pid_t self = ::getpid();
-  return ::syscall(SYS_kcmp, self, self, KCMP_FILE, a, b) == 0;
+  if (::syscall(SYS_kcmp, self, self, KCMP_FILE, a, b) == 0) return true;
+  struct stat sa {
+  }, sb{};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && S_ISREG(sa.st_mode) && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 }  // namespace
@@ -44,7 +61,7 @@ StdioRelay::StdioRelay(uint64_t max_output_bytes) : max_output_bytes_(max_output
   const bool in = needs_relay(0), out = needs_relay(1), err = needs_relay(2);
   try {
     if (in) add_lane({0}, true);
-    if (out && err && same_open_file(1, 2)) {
+    if (out && err && same_file(1, 2)) {
       add_lane({1, 2}, false);  // one pipe keeps the two streams in the order written
     } else {
       if (out) add_lane({1}, false);
@@ -69,6 +86,13 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
   if (::pipe2(ends, O_CLOEXEC) != 0) throw SysError("pipe", std::string("relay of ") + stdio_name(first), errno);
   UniqueFd read_end(ends[0]), write_end(ends[1]);
   UniqueFd& sandbox_end = input ? read_end : write_end;
+  if (input) {
+    // Read from where the caller's offset is, which moves only by what the
+    // run read (finish()): a shell loop's next line is not ours.
+    lane->start = ::lseek(lane->original.get(), 0, SEEK_CUR);
+    lane->unread_probe.reset(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
+    if (!lane->unread_probe) throw SysError("dup", "relay of standard input", errno);
+  }
   lane->ours = std::move(input ? write_end : read_end);
   if (::fcntl(lane->ours.get(), F_SETFL, O_NONBLOCK) != 0)
     throw SysError("fcntl", std::string("relay of ") + stdio_name(first), errno);
@@ -94,6 +118,10 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
   });
 }
 
+std::string StdioRelay::lane_name(const Lane& lane) {
+  return lane.targets.size() > 1 ? "standard output and error" : stdio_name(lane.targets.front());
+}
+
 bool StdioRelay::wait_for(int fd, short events) {
   pollfd p{fd, events, 0};
   const int n = ::poll(&p, 1, 100);
@@ -114,14 +142,14 @@ void StdioRelay::pump_output(Lane& lane) {
     const uint64_t room = max_output_bytes_ - std::min(max_output_bytes_, lane.copied);
     size_t length = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
     if (length < static_cast<size_t>(n) && lane.problem.empty())
-      lane.problem = std::string(stdio_name(lane.targets.front())) + ": the run's output past " +
-                     format_size(max_output_bytes_) + " (its file size limit) was dropped";
+      lane.problem = lane_name(lane) + ": the run's output past " + format_size(max_output_bytes_) +
+                     " (its file size limit) was dropped";
     for (size_t done = 0; done < length;) {
       const ssize_t w = ::write(lane.original.get(), buf + done, length - done);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
-        lane.problem = std::string("writing the run's ") + stdio_name(lane.targets.front()) + ": " +
-                       std::strerror(w < 0 ? errno : EIO) + "; the rest was dropped";
+        lane.problem = "writing the run's " + lane_name(lane) + ": " + std::strerror(w < 0 ? errno : EIO) +
+                       "; the rest was dropped";
         lane.copied = max_output_bytes_;
         length = done;
         break;
@@ -135,18 +163,25 @@ void StdioRelay::pump_output(Lane& lane) {
 void StdioRelay::pump_input(Lane& lane) {
   char buf[65536];
   for (;;) {
-    const ssize_t n = ::read(lane.original.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) lane.problem = std::string("reading ") + stdio_name(0) + " for the run: " + std::strerror(errno);
+    // A terminal waits for the operator: look before reading, so that
+    // finish() is not held up by a read.
+    if (!wait_for(lane.original.get(), POLLIN)) return;
+    const ssize_t n = lane.start >= 0 ? ::pread(lane.original.get(), buf, sizeof buf, lane.start + lane.relayed)
+                                      : ::read(lane.original.get(), buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    // EIO: a terminal read from the background (SIGTTIN ignored): its end.
+    if (n < 0 && errno != EIO)
+      lane.problem = std::string("reading ") + stdio_name(0) + " for the run: " + std::strerror(errno);
     if (n <= 0) break;
     for (size_t done = 0; done < static_cast<size_t>(n);) {
       const ssize_t w = ::write(lane.ours.get(), buf + done, static_cast<size_t>(n) - done);
       if (w > 0) {
         done += static_cast<size_t>(w);
+        lane.relayed += w;
       } else if (w < 0 && errno == EAGAIN) {
         if (!wait_for(lane.ours.get(), POLLOUT)) return;
       } else if (w >= 0 || errno != EINTR) {
-        return;  // EPIPE: the run no longer reads its input
+        return;
       }
     }
   }
@@ -166,6 +201,13 @@ std::vector<std::string> StdioRelay::finish() {
   for (auto& lane : lanes_) {
     if (lane->thread.joinable()) lane->thread.join();
     if (!lane->problem.empty()) problems.push_back(lane->problem);
+    if (lane->input && lane->start >= 0) {
+      // What the run did not read is still in the pipe: the caller's
+      // offset moves past what it did read only.
+      int unread = 0;
+      if (::ioctl(lane->unread_probe.get(), FIONREAD, &unread) != 0) unread = 0;
+      ::lseek(lane->original.get(), lane->start + lane->relayed - unread, SEEK_SET);
+    }
   }
   return problems;
 }

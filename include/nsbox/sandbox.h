@@ -30,8 +30,10 @@ constexpr unsigned long kSandboxNamespaces =
 
 // Holds what is the same for every run (the compiled seccomp program, the
 // prepared capability sets, the host ids) so a launch only does per-run work.
-// Not thread-safe: the process that launches must be single-threaded (see
-// child.h). Constructed by root, it drops the process's supplementary groups,
+// Not thread-safe: one thread launches, and the child runs only raw system
+// calls until its execve (see child.h), so other threads of the process
+// (`nsbox run`'s stdio relay, the egress proxy) hold no lock it needs.
+// Constructed by root, it drops the process's supplementary groups,
 // which would otherwise follow every sandbox into its user namespace.
 struct LauncherOptions {
   // The cgroup v2 directory under which run cgroups are created (default:

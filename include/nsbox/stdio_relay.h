@@ -2,13 +2,16 @@
 // and stderr. A descriptor of a file gives a run more than a stream: the
 // file's host path (readlink /proc/self/fd/1), its earlier contents (opened
 // again through that link, as the sandbox user may read it) and ftruncate.
-// Such a descriptor is swapped for a pipe that a thread of nsbox copies to
-// or from the file; a directory is refused (fchdir to it would open the
-// host's tree to the run). Terminals, pipes, sockets and other devices are
-// handed over as they are.
+// Such a descriptor (a file, a block device, a named FIFO, and a terminal as
+// stdin) is swapped for a pipe that a thread of nsbox copies to or from it;
+// a directory is refused (fchdir to it would open the host's tree to the
+// run). Pipes, sockets, other devices and a terminal as stdout or stderr
+// are handed over as they are.
 #pragma once
 
+#include <sys/types.h>
 #include <atomic>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,7 +45,10 @@ class StdioRelay {
     UniqueFd original;         // the file, as the caller gave it
     UniqueFd ours;             // our end of the pipe (non-blocking)
     bool input = false;
-    uint64_t copied = 0;
+    uint64_t copied = 0;    // output: bytes written to the file
+    off_t start = -1;       // input: the caller's offset at the start (-1: not seekable)
+    off_t relayed = 0;      // input: bytes put into the pipe
+    UniqueFd unread_probe;  // input: a read end, to count what the run left unread
     std::string problem;
     std::thread thread;
   };
@@ -52,6 +58,7 @@ class StdioRelay {
   // Waits up to 100 ms for events on fd; false once finish() has begun
   // and nothing came.
   bool wait_for(int fd, short events);
+  static std::string lane_name(const Lane& lane);
 
   uint64_t max_output_bytes_;
   std::atomic<bool> finishing_{false};

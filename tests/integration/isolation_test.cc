@@ -1,6 +1,7 @@
 // What a workload sees of the host: nothing it was not given.
 #include <fcntl.h>
 #include <grp.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -241,6 +242,43 @@ sys.stderr.write('to stderr\n'))"},
   EXPECT_NE(text.find("links pipe:"), std::string::npos) << text;
   EXPECT_NE(text.find("input line from the caller\n"), std::string::npos) << text;
   EXPECT_NE(text.find("to stderr\n"), std::string::npos) << text;
+}
+
+// The caller's stdin file is shared with its shell: the run moves its offset
+// by what it read, no more (`while read x; do nsbox run ...; done < list`).
+// A terminal as stdin reaches the run through a pipe too (a run, in a
+// session of its own, would read it unstopped from the background), and two
+// descriptions of one output file keep the order the run wrote in.
+TEST(Isolation, StdinFilesMoveByWhatTheRunReadAndATerminalIsRelayed) {
+  TempDir dir;
+  const std::string list = dir.write("list.txt", "1\n2\n3\n");
+  UniqueFd in(::open(list.c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(in);
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "true"}, in.get(), -1, -1), 0);
+  EXPECT_EQ(::lseek(in.get(), 0, SEEK_CUR), 0) << "a run that read nothing moved the caller's offset";
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "sh", "-c", "read a"}, in.get(), -1, -1), 0);
+  EXPECT_EQ(::lseek(in.get(), 0, SEEK_CUR), 2) << "sh's read takes one line, a byte at a time";
+
+  const std::string log = dir.path() + "/log";
+  UniqueFd out(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  UniqueFd err(::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "sh", "-c", "for i in 1 2 3; do echo out-$i; echo err-$i >&2; done"}, -1,
+                           out.get(), err.get()),
+            0);
+  EXPECT_EQ(slurp(log), "out-1\nerr-1\nout-2\nerr-2\nout-3\nerr-3\n");
+
+  int master = -1, slave = -1;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  UniqueFd master_fd(master), slave_fd(slave);
+  ASSERT_EQ(::write(master, "typed\n", 6), 6);
+  const std::string seen = dir.path() + "/seen";
+  UniqueFd seen_fd(::open(seen.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "sh", "-c", "readlink /proc/self/fd/0; read x; echo got $x"}, slave,
+                           seen_fd.get(), -1),
+            0);
+  const std::string text = slurp(seen);
+  EXPECT_EQ(text.rfind("pipe:", 0), 0u) << text;
+  EXPECT_NE(text.find("got typed\n"), std::string::npos) << text;
 }
 
 TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {
