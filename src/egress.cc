@@ -446,7 +446,7 @@ class Session {
                       0};
       if (!target.address)
         denied.told = target.host + ": the addresses it resolves to are refused by the profile's egress rules";
-      else if (first_denial.host_address)
+      else if (first_denial.range_refusal)
         denied.told = d.address + " is refused by the profile's egress rules";
       return record(protocol, target, std::move(denied));
     }

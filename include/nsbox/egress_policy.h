@@ -94,7 +94,10 @@ struct Verdict {
   bool allowed = false;
   std::string reason;                     // the rule that allowed, or why it was refused
   const EgressRule* host_rule = nullptr;  // for a name that may be resolved
-  bool host_address = false;              // refused as one of the host's own addresses
+  // Refused for the special range it is in, or as one of the host's own
+  // addresses: the sandbox is told neither (which would set the host's own
+  // apart from the rest of a range).
+  bool range_refusal = false;
 };
 
 // The first decision, before any DNS query: a name is only ever resolved when

@@ -490,8 +490,13 @@ TEST(EgressPolicy, TheHostsOwnAddressesAndPlatformServicesAreSpecial) {
   EXPECT_EQ(v.reason,
             "10.9.9.9 is an address of this host, refused by deny_private (only a cidr rule naming exactly that "
             "address allows it)");
-  EXPECT_TRUE(v.host_address) << "the sandbox is told less than this reason";
-  EXPECT_FALSE(check_address(internal, nullptr, ip("10.9.9.8"), 18084, cloud_host).host_address);
+  EXPECT_TRUE(v.range_refusal) << "the sandbox is told less than this reason";
+  EgressPolicy any_address;
+  any_address.allow = {cidr_rule("0.0.0.0/0", {80})};
+  EXPECT_TRUE(check_address(any_address, nullptr, ip("169.254.169.254"), 80, cloud_host).range_refusal)
+      << "the same for any special range, or the host's own would stand apart";
+  EXPECT_FALSE(check_address(internal, nullptr, ip("10.9.9.8"), 18084, cloud_host).range_refusal)
+      << "a port no rule names is no range refusal";
   EXPECT_FALSE(check_address(internal, nullptr, ip("fd00:9::9"), 18084, cloud_host).allowed);
   EXPECT_FALSE(check_address(internal, nullptr, ip("::ffff:10.9.9.9"), 18083, cloud_host).allowed);
   EXPECT_TRUE(check_address(internal, nullptr, ip("127.0.0.1"), 80, cloud_host).allowed)
