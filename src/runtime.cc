@@ -45,9 +45,9 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-// Whether text fails to parse only because a number in it is beyond a
-// double's range (Python's json writes an int of 309 digits or more as it
-// is; nlohmann cannot hold it).
+// Whether text fails to parse because a number in it is beyond a double's
+// range (Python's json writes an int of about 309 digits or more as it is;
+// nlohmann cannot hold it).
 bool holds_a_number_out_of_range(const std::string& text) {
   try {
     const auto value = nlohmann::ordered_json::parse(text);
@@ -86,12 +86,12 @@ bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& 
   auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
   // Lone surrogates have no UTF-8 form: they come back as U+FFFD.
   if (j.is_discarded()) j = nlohmann::ordered_json::parse(replace_lone_surrogate_escapes(run.fd3_data), nullptr, false);
-  if (j.is_discarded() && holds_a_number_out_of_range(run.fd3_data)) {
+  if (j.is_discarded() && holds_a_number_out_of_range(replace_lone_surrogate_escapes(run.fd3_data))) {
     out.status = "error";
     out.error_type = "serialization";
     out.error =
         "the return value holds a number beyond the range JSON numbers are read in (about 1.8e308; "
-        "an integer of 309 digits or more): return it as a string";
+        "an integer of about 309 digits or more): return it as a string";
     return true;
   }
   if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;

@@ -250,6 +250,27 @@ const char* name_problem(std::string_view name) {
   return nullptr;
 }
 
+// A refused name as the report shows it: controls as '?' and each byte
+// that is not UTF-8 as \xNN, so that two refused names never read alike.
+std::string shown_name(std::string_view name) {
+  std::string out;
+  char hex[8];
+  for (size_t i = 0; i < name.size();) {
+    const size_t at = i;
+    const int32_t cp = next_code_point(name, i);
+    if (cp < 0) {
+      std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(name[at]));
+      out += hex;
+      i = at + 1;
+    } else if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)) {
+      out += '?';
+    } else {
+      out.append(name.substr(at, i - at));
+    }
+  }
+  return out;
+}
+
 struct Collector {
   const WorkspaceSpec& spec;
   ArtifactReport report;
@@ -291,7 +312,7 @@ struct Collector {
 
   void visit(int dir_fd, LazyDir& dst, const std::string& n, const std::string& rel, int depth) {
     if (const char* problem = name_problem(n)) {
-      refuse(printable(rel) + ": " + problem + ", not returned");
+      refuse(shown_name(rel) + ": " + problem + ", not returned");
       return;
     }
     // O_NOFOLLOW|O_NONBLOCK: a symlink or a FIFO planted by the run is

@@ -81,6 +81,11 @@ TEST(Outcome, ANumberBeyondADoublesRangeIsASerializationErrorThatSaysSo) {
   const ExecOutcome fine = outcome_of(
       RunSpec{}, wrote_result(R"({"return":1)" + std::string(300, '0') + R"(,"error":null,"error_type":null})"));
   EXPECT_EQ(fine.status, "ok") << fine.error.value_or("");
+  // With a lone surrogate beside it (which is read as U+FFFD) too.
+  EXPECT_EQ(
+      outcome_of(RunSpec{}, wrote_result(R"({"return":["\ud800", )" + big + R"(],"error":null,"error_type":null})"))
+          .error_type,
+      "serialization");
   // A result that is broken otherwise is still no result at all.
   EXPECT_EQ(outcome_of(RunSpec{}, wrote_result(R"({"return":1)")).error_type, "runner");
 }

@@ -176,6 +176,11 @@ TEST_F(Artifacts, NamesThatAreNotUtf8AreRefusedSoTwoFilesNeverShareAName) {
   }
   EXPECT_EQ(not_utf8, 6u);
   EXPECT_EQ(control, 1u) << "U+0085 is a C1 control";
+  // Shown so that two refused names never read alike.
+  std::set<std::string> refused(report.refused.begin(), report.refused.end());
+  EXPECT_EQ(refused.count("report-\\xFF.csv: a name that is not valid UTF-8, not returned"), 1u);
+  EXPECT_EQ(refused.count("report-\\xFE.csv: a name that is not valid UTF-8, not returned"), 1u);
+  EXPECT_EQ(refused.count("nel-?: a name with control characters, not returned"), 1u);
 }
 
 // Not as root a workspace is plain directories, and the run may nest them
