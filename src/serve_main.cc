@@ -48,6 +48,7 @@ void print_summary(const nsbox::NodeConfig& c) {
               << " token=" << (t.token.empty() ? "none" : "set")
               << (t.max_requests ? " max_requests=" + std::to_string(t.max_requests) : std::string()) << "\n";
   std::cout << "  max_concurrent " << c.max_concurrent << ", queue_depth " << c.queue_depth << "\n";
+  std::cout << "  metrics token=" << (c.metrics_token.empty() ? "none (/metrics answers anyone)" : "set") << "\n";
 }
 
 }  // namespace

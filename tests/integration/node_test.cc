@@ -1623,6 +1623,9 @@ TEST(NodeListeners, AMetricsTokenKeepsTheFiguresFromEveryoneElse) {
   auto health = node.client().Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200) << "/health needs no token";
+  const CliResult check = run_cli({"serve", "--config", node.config_path(), "--check"});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+  EXPECT_NE(check.out.find("  metrics token=set\n"), std::string::npos) << check.out;
 }
 
 TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
