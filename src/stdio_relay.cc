@@ -67,6 +67,16 @@ StdioRelay::StdioRelay(uint64_t max_output_bytes) : max_output_bytes_(max_output
       if (out) add_lane({1}, false);
       if (err) add_lane({2}, false);
     }
+    // A terminal as stdout or stderr stays one (colours, line buffering),
+    // opened anew for writing only: the caller's description of it is
+    // usually the one its stdin has, open for reading too.
+    const bool tty_out = !out && ::isatty(1), tty_err = !err && ::isatty(2);
+    if (tty_out && tty_err && same_file(1, 2)) {
+      reopen_write_only({1, 2});
+    } else {
+      if (tty_out) reopen_write_only({1});
+      if (tty_err) reopen_write_only({2});
+    }
   } catch (...) {
     finish();
     throw;
@@ -116,6 +126,22 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
       pump_output(l);
     }
   });
+}
+
+void StdioRelay::reopen_write_only(std::vector<int> targets) {
+  auto lane = std::make_unique<Lane>();
+  lane->targets = std::move(targets);
+  const int first = lane->targets.front();
+  lane->original.reset(::fcntl(first, F_DUPFD_CLOEXEC, 3));
+  if (!lane->original) throw SysError("dup", stdio_name(first), errno);
+  const std::string path = "/proc/self/fd/" + std::to_string(first);
+  UniqueFd write_only(::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC));
+  if (!write_only) throw SysError("open for writing only", std::string("the terminal of ") + stdio_name(first), errno);
+  Lane& l = *lane;
+  lanes_.push_back(std::move(lane));  // finish() puts the original back
+  for (int target : l.targets) {
+    if (::dup2(write_only.get(), target) < 0) throw SysError("dup2", stdio_name(target), errno);
+  }
 }
 
 std::string StdioRelay::lane_name(const Lane& lane) {

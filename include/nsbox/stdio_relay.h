@@ -5,8 +5,10 @@
 // Such a descriptor (a file, a block device, a named FIFO, and a terminal as
 // stdin) is swapped for a pipe that a thread of nsbox copies to or from it;
 // a directory is refused (fchdir to it would open the host's tree to the
-// run). Pipes, sockets, other devices and a terminal as stdout or stderr
-// are handed over as they are.
+// run). A terminal as stdout or stderr is opened anew for writing only (the
+// caller's description is usually its stdin's too, which the run would read
+// what the operator types through); pipes, sockets and other devices are
+// handed over as they are.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +55,9 @@ class StdioRelay {
     std::thread thread;
   };
   void add_lane(std::vector<int> targets, bool input);
+  // No thread: the targets get a description of the same terminal that is
+  // open for writing only.
+  void reopen_write_only(std::vector<int> targets);
   void pump_output(Lane& lane);
   void pump_input(Lane& lane);
   // Waits up to 100 ms for events on fd; false once finish() has begun

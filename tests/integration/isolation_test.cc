@@ -279,6 +279,20 @@ TEST(Isolation, StdinFilesMoveByWhatTheRunReadAndATerminalIsRelayed) {
   const std::string text = slurp(seen);
   EXPECT_EQ(text.rfind("pipe:", 0), 0u) << text;
   EXPECT_NE(text.find("got typed\n"), std::string::npos) << text;
+
+  // A terminal as stdout stays a terminal, open for writing only: the run
+  // cannot read the operator's keys through it (the caller's fd is the
+  // slave's read-write description).
+  ASSERT_EQ(::write(master, "k\n", 2), 2);
+  const std::string probe = dir.path() + "/probe";
+  UniqueFd probe_fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  EXPECT_EQ(
+      run_cli_on_fds({"run", "--", "python3", "-c",
+                      "import os, sys\nr = [str(os.isatty(1))]\ntry:\n    os.read(1, 1)\n    r.append('read')\n"
+                      "except OSError as e:\n    r.append(str(e.errno))\nsys.stderr.write(' '.join(r) + '\\n')\n"},
+                     -1, slave, probe_fd.get()),
+      0);
+  EXPECT_EQ(slurp(probe), "True 9\n") << "isatty(1), then read(1)'s errno: EBADF";
 }
 
 TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {
