@@ -100,6 +100,15 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
     // Read from where the caller's offset is, which moves only by what the
     // run read (finish()): a shell loop's next line is not ours.
     lane->start = ::lseek(lane->original.get(), 0, SEEK_CUR);
+    if (lane->start < 0) {
+      // A terminal or FIFO: read through a description of our own that does
+      // not block (the caller's must not change), or a read that poll
+      // allowed could still wait for the operator forever and hold up
+      // finish() (seen on a 6.1 kernel's pty).
+      const std::string path = "/proc/self/fd/" + std::to_string(first);
+      lane->reader.reset(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+      if (!lane->reader) throw SysError("open for reading", stdio_name(first), errno);
+    }
     lane->unread_probe.reset(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
     if (!lane->unread_probe) throw SysError("dup", "relay of standard input", errno);
   }
@@ -191,9 +200,9 @@ void StdioRelay::pump_input(Lane& lane) {
   for (;;) {
     // A terminal waits for the operator: look before reading, so that
     // finish() is not held up by a read.
-    if (!wait_for(lane.original.get(), POLLIN)) return;
+    if (!wait_for(lane.start >= 0 ? lane.original.get() : lane.reader.get(), POLLIN)) return;
     const ssize_t n = lane.start >= 0 ? ::pread(lane.original.get(), buf, sizeof buf, lane.start + lane.relayed)
-                                      : ::read(lane.original.get(), buf, sizeof buf);
+                                      : ::read(lane.reader.get(), buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     // EIO: a terminal read from the background (SIGTTIN ignored): its end.
     if (n < 0 && errno != EIO)

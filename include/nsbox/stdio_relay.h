@@ -51,6 +51,7 @@ class StdioRelay {
     off_t start = -1;       // input: the caller's offset at the start (-1: not seekable)
     off_t relayed = 0;      // input: bytes put into the pipe
     UniqueFd unread_probe;  // input: a read end, to count what the run left unread
+    UniqueFd reader;        // input from a terminal or FIFO: our own non-blocking description
     std::string problem;
     std::thread thread;
   };
