@@ -19,6 +19,7 @@
 #include "cgroup_internal.h"
 #include "nsbox/error.h"
 #include "nsbox/mounts.h"
+#include "nsbox/proc_stat.h"
 
 namespace nsbox {
 
@@ -148,18 +149,7 @@ std::vector<std::string> list_subdirs(const std::string& dir) {
 
 // Field 22 of /proc/<pid>/stat: the process's start time, which tells a live
 // process from a new one that reused its pid.
-std::string process_start_time(pid_t pid) {
-  std::string stat;
-  if (!try_read_text("/proc/" + std::to_string(pid) + "/stat", &stat)) return {};
-  auto paren = stat.rfind(')');
-  if (paren == std::string::npos) return {};
-  std::istringstream in(stat.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && (in >> field); ++i) {
-    if (i == 22) return field;
-  }
-  return {};
-}
+std::string process_start_time(pid_t pid) { return proc_stat_field(pid, 22); }
 
 std::map<std::string, std::string> cgroup_paths_of(pid_t pid) {
   // "0::/path" (v2) and "N:ctrl1,ctrl2:/path" (v1).

@@ -25,7 +25,6 @@
 #include <deque>
 #include <map>
 #include <optional>
-#include <sstream>
 
 #include "nsbox/child.h"
 #include "nsbox/child_report.h"
@@ -36,6 +35,7 @@
 #include "nsbox/fork_server.h"
 #include "nsbox/io.h"
 #include "nsbox/mounts.h"
+#include "nsbox/proc_stat.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/unique_fd.h"
 #include "nsbox/userns.h"
@@ -523,29 +523,10 @@ void note_limits_hit(const Observation& obs, Result& r) {
 // [arg_start, arg_end) of this process (fields 48 and 49 of /proc/self/stat);
 // {0, 0} when unknown.
 std::pair<uintptr_t, uintptr_t> own_cmdline_area() {
-  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {0, 0};
-  char buf[4096];
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return {0, 0};
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');
-  if (!p) return {0, 0};
-  // Field 3 follows ") "; arg_start is field 48.
-  uintptr_t values[49] = {};
-  int field = 2;
-  for (const char* q = p + 1; *q && field < 49;) {
-    while (*q == ' ') ++q;
-    ++field;
-    char* end = nullptr;
-    unsigned long long v = std::strtoull(q, &end, 10);
-    values[field - 1] = static_cast<uintptr_t>(v);
-    q = end && end != q ? end : q + 1;
-    while (*q && *q != ' ') ++q;
-  }
-  if (field < 49 || values[47] == 0 || values[48] <= values[47]) return {0, 0};
-  return {values[47], values[48]};
+  const uintptr_t start = std::strtoull(proc_stat_field(0, 48).c_str(), nullptr, 10);
+  const uintptr_t end = std::strtoull(proc_stat_field(0, 49).c_str(), nullptr, 10);
+  if (start == 0 || end <= start) return {0, 0};
+  return {start, end};
 }
 
 }  // namespace
@@ -1006,19 +987,7 @@ bool alive(int pidfd) {
 
 // Whether process pid leads a session of its own (field 6 of its
 // /proc/PID/stat, the session's id, is its pid).
-bool leads_own_session(pid_t pid) {
-  UniqueFd fd(::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
-  char buf[1024];
-  const ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf) : -1;
-  if (n <= 0) return false;
-  const std::string stat(buf, static_cast<size_t>(n));
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return false;
-  std::istringstream fields(stat.substr(paren + 1));
-  std::string state;
-  long parent = 0, group = 0, session = 0;
-  return static_cast<bool>(fields >> state >> parent >> group >> session) && session == pid;
-}
+bool leads_own_session(pid_t pid) { return proc_stat_field(pid, 6) == std::to_string(pid); }
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "nsbox/fork_server.h"
+#include "nsbox/proc_stat.h"
 
 namespace nsbox::testing {
 
@@ -125,16 +126,7 @@ std::vector<pid_t> host_pids_with_cmdline(const std::string& needle) {
 
 namespace {
 
-pid_t parent_of(pid_t pid) {
-  std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 1));
-  char state = 0;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
+pid_t parent_of(pid_t pid) { return static_cast<pid_t>(std::atoi(proc_stat_field(pid, 4).c_str())); }
 
 }  // namespace
 

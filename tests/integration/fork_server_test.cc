@@ -25,6 +25,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/proc_stat.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
 #include "nsbox/unique_fd.h"
@@ -204,14 +205,7 @@ TEST_F(ForkServer, EachRunHasNamespacesOfItsOwn) {
 }
 
 // Field 19 of /proc/PID/stat: the process's nice value.
-int nice_of(pid_t pid) {
-  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
-  std::istringstream in(stat.substr(stat.rfind(')') + 2));
-  std::string field;
-  for (int i = 3; i <= 19 && (in >> field); ++i) {
-  }
-  return std::atoi(field.c_str());
-}
+int nice_of(pid_t pid) { return std::atoi(proc_stat_field(pid, 19).c_str()); }
 
 // Every sandbox runs as one host user, so what a run sends to its process
 // group reaches every member, in any pid namespace: a run that shared the
