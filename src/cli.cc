@@ -27,6 +27,7 @@
 #include "nsbox/runtime.h"
 #include "nsbox/sandbox.h"
 #include "nsbox/stdio_relay.h"
+#include "nsbox/terminal_modes.h"
 #include "nsbox/unique_fd.h"
 #include "nsbox/units.h"
 
@@ -260,11 +261,16 @@ int run_command(const RunOptions& opt) {
   // a session of its own, is not stopped with it: Ctrl-Z is ignored, and a
   // terminal read from the background ends the run's input (EIO).
   for (int sig : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
+  std::optional<TerminalModes> terminal;
   std::optional<StdioRelay> relay;
-  if (!opt.json) relay.emplace(spec.limits.file_size);
+  if (!opt.json) {
+    terminal.emplace();  // before the relay swaps any of the caller's descriptors
+    relay.emplace(spec.limits.file_size);
+  }
   Result result = launcher.run(spec, cancel.get());
   if (relay) {
     for (auto& problem : relay->finish()) result.warnings.push_back(std::move(problem));
+    terminal->restore();
   }
   if (opt.json) {
     std::cout << to_json(result).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << std::endl;

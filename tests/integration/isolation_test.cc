@@ -1,8 +1,10 @@
 // What a workload sees of the host: nothing it was not given.
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -293,6 +295,41 @@ TEST(Isolation, StdinFilesMoveByWhatTheRunReadAndATerminalIsRelayed) {
                      -1, slave, probe_fd.get()),
       0);
   EXPECT_EQ(slurp(probe), "True 9\n") << "isatty(1), then read(1)'s errno: EBADF";
+}
+
+// What a run changes on the caller's terminal through its stdout (modes,
+// exclusive mode, stopped output) does not outlast the run.
+TEST(Isolation, ARunsChangesToTheCallersTerminalAreUndoneAfterIt) {
+  TempDir dir;
+  int master = -1, slave = -1;
+  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  UniqueFd master_fd(master), slave_fd(slave);
+  termios before{};
+  ASSERT_EQ(::tcgetattr(slave, &before), 0);
+  ASSERT_TRUE(before.c_lflag & ECHO);
+  const std::string probe = dir.path() + "/probe";
+  UniqueFd probe_fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "python3", "-c", R"(import fcntl, sys, termios, tty
+tty.setraw(1)  # then TIOCEXCL, TCOOFF; 0x80045440 is TIOCGEXCL
+fcntl.ioctl(1, termios.TIOCEXCL)
+termios.tcflow(1, termios.TCOOFF)
+a = termios.tcgetattr(1)
+sys.stderr.write('echo %d excl %d\n' % (a[3] & termios.ECHO, fcntl.ioctl(1, 0x80045440, b'0000')[0])))"},
+                           -1, slave, probe_fd.get()),
+            0);
+  EXPECT_EQ(slurp(probe), "echo 0 excl 1\n") << "the run changed the terminal (so the test can fail)";
+  termios after{};
+  ASSERT_EQ(::tcgetattr(slave, &after), 0);
+  EXPECT_EQ(after.c_lflag, before.c_lflag) << "echo, canonical mode";
+  EXPECT_EQ(after.c_iflag, before.c_iflag);
+  EXPECT_EQ(after.c_oflag, before.c_oflag);
+  int exclusive = -1;
+  ASSERT_EQ(::ioctl(slave, TIOCGEXCL, &exclusive), 0);
+  EXPECT_EQ(exclusive, 0) << "the operator's later opens of the terminal would fail";
+  ASSERT_EQ(::fcntl(slave, F_SETFL, O_NONBLOCK), 0);  // a stopped terminal's write would wait for good
+  EXPECT_EQ(::write(slave, "after\n", 6), 6) << "the terminal's output stayed stopped";
+  pollfd p{master, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the terminal's output stayed stopped";
 }
 
 TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {
