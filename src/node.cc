@@ -1023,12 +1023,37 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   return svr;
 }
 
-bool same_addresses(const NodeConfig& a, const NodeConfig& b) {
-  if (a.listeners.size() != b.listeners.size()) return false;
-  for (size_t i = 0; i < a.listeners.size(); ++i) {
-    if (a.listeners[i].address() != b.listeners[i].address()) return false;
+// The servers listen where the node started, and a reload cannot move
+// them; what each listener runs (its language, its anonymous tenant) may
+// change. Listeners are matched by address, so a reorder is no change and
+// next's come back in the servers' order. A config that adds or drops a
+// listener is refused whole (the problem is returned): applying the rest
+// would keep serving what the operator meant to remove, a listener's
+// anonymous tenant say, while the audit log recorded the reload as applied.
+std::string take_listeners_in_place(const NodeConfig& running, NodeConfig& next) {
+  std::vector<ListenerConfig> ordered;
+  std::vector<std::string> changes;
+  auto at = [](const std::vector<ListenerConfig>& in, const std::string& address) {
+    return std::find_if(in.begin(), in.end(), [&](const ListenerConfig& l) { return l.address() == address; });
+  };
+  for (const auto& l : running.listeners) {
+    auto found = at(next.listeners, l.address());
+    if (found == next.listeners.end()) {
+      changes.push_back("drops " + l.address());
+    } else {
+      ordered.push_back(*found);
+    }
   }
-  return true;
+  for (const auto& l : next.listeners) {
+    if (at(running.listeners, l.address()) == running.listeners.end()) changes.push_back("adds " + l.address());
+  }
+  if (!changes.empty()) {
+    std::string joined;
+    for (const auto& c : changes) joined += (joined.empty() ? "" : ", ") + c;
+    return "the config " + joined + ": listener addresses change only at a restart of the node";
+  }
+  next.listeners = std::move(ordered);
+  return {};
 }
 
 namespace {
@@ -1103,10 +1128,8 @@ void Node::reload() {
   try {
     auto next = std::make_shared<NodeConfig>(load_node_config(options_));
     auto current = config();
-    if (!same_addresses(*current, *next)) {
-      spdlog::warn("reload: listener addresses changed; they take effect at the next restart");
-      next->listeners = current->listeners;
-    }
+    if (std::string problem = take_listeners_in_place(*started_, *next); !problem.empty())
+      throw std::runtime_error(problem);
     if (next->cgroup_parent != current->cgroup_parent)
       spdlog::warn("reload: cgroup_parent changed; it takes effect at the next restart");
     warn_of_server_settings_kept(*started_, *next);

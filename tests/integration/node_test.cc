@@ -1645,6 +1645,55 @@ TEST(NodeListeners, PinnedListenersStandInForThePythonAndJsServers) {
   EXPECT_EQ(wrong->body, "{\"output\": {\"return\": null, \"error\": \"Unsupported language: python\"}}");
 }
 
+// A reload cannot move the servers. One that adds or drops a listener is
+// refused whole (once, the rest applied and the old listener kept its
+// anonymous tenant, while the audit log said "applied"); one that only
+// reorders them applies, each listener's settings to its own address.
+TEST(NodeListeners, AReloadThatMovesAListenerIsRefusedAndAReorderApplies) {
+  const int second = free_port(), third = free_port();
+  const std::string tenants =
+      "tenants:\n  - {name: public, profile: default}\n"
+      "  - {name: acme, token: acme-token-0123456789abcdef, profile: default}\naudit_log: audit.log\n";
+  NodeProcess node(tenants, "    tenant: public\n  - address: 127.0.0.1:" + std::to_string(second) + "\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string first = "127.0.0.1:" + std::to_string(node.port());
+  const std::string code = request("def main(args):\n    return 7");
+  auto reload_with = [&](const std::string& listeners, const char* outcome) {
+    std::ofstream(node.config_path()) << "listeners:\n" << listeners << tenants;
+    const size_t before = node.log().size();
+    ::kill(node.pid(), SIGHUP);
+    for (int i = 0; i < 250 && node.log().find(outcome, before) == std::string::npos; ++i)
+      std::this_thread::sleep_for(20ms);
+    return node.log().substr(before);
+  };
+  // The anonymous tenant taken off the first listener, the second moved.
+  std::string log =
+      reload_with("  - address: " + first + "\n  - address: 127.0.0.1:" + std::to_string(third) + "\n", "refused");
+  EXPECT_NE(log.find("the config drops 127.0.0.1:" + std::to_string(second) + ", adds 127.0.0.1:" +
+                     std::to_string(third) + ": listener addresses change only at a restart of the node"),
+            std::string::npos)
+      << log;
+  auto anonymous = post(node.client(), "/run", code);
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 200) << "the running config stays whole";
+  std::vector<std::string> reloads;
+  std::istringstream audit(slurp(node.dir() + "/audit.log"));
+  for (std::string line; std::getline(audit, line);) {
+    const json record = json::parse(line);
+    if (record["event"] == "reload") reloads.push_back(record["outcome"]);
+  }
+  EXPECT_EQ(reloads, std::vector<std::string>{"refused"});
+
+  log = reload_with("  - address: 127.0.0.1:" + std::to_string(second) + "\n  - address: " + first + "\n", "reloaded");
+  EXPECT_NE(log.find("reloaded"), std::string::npos) << log;
+  anonymous = post(node.client(), "/run", code);
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401) << "the first listener's anonymous tenant was taken away";
+  auto with_token = post(node.client(second), "/run", code, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+  ASSERT_TRUE(with_token);
+  EXPECT_EQ(with_token->body, "{\"return\": 7, \"error\": null}");
+}
+
 // A host may set net.ipv6.bindv6only to 1; "[::]" still takes IPv4's
 // addresses (cpp-httplib turns IPV6_V6ONLY off), as the config check, which
 // refuses 0.0.0.0:p beside [::]:p, and OPERATIONS.md assume. Run in a
