@@ -86,13 +86,25 @@ json audit_record(const AuditContext& ctx, const json& r) {
                              : json(nullptr);
     j[name + "_truncated"] = r.value(name + "_truncated", false);
   }
+  // A run names its artifacts: the record lists the first
+  // kAuditArtifactsListed, names cut at kAuditFieldMax bytes, and counts the
+  // rest, so that a run cannot make its record (and the disk it fills) as
+  // large as it likes.
   json artifacts = json::array();
+  uint64_t unlisted = 0;
   if (r.contains("artifacts") && r["artifacts"].is_array())
-    for (const auto& a : r["artifacts"])
-      artifacts.push_back({{"name", a.value("name", json(nullptr))},
-                           {"size", a.value("size", json(nullptr))},
-                           {"sha256", a.value("sha256", json(nullptr))}});
+    for (const auto& a : r["artifacts"]) {
+      if (artifacts.size() == kAuditArtifactsListed) {
+        ++unlisted;
+        continue;
+      }
+      json name = a.value("name", json(nullptr));
+      if (name.is_string()) name = name.get<std::string>().substr(0, kAuditFieldMax);
+      artifacts.push_back(
+          {{"name", name}, {"size", a.value("size", json(nullptr))}, {"sha256", a.value("sha256", json(nullptr))}});
+    }
   j["artifacts"] = std::move(artifacts);
+  j["artifacts_unlisted"] = unlisted;
   j["artifacts_refused"] =
       r.contains("artifacts_refused") && r["artifacts_refused"].is_array() ? r["artifacts_refused"].size() : 0;
   // What the code tried and the filter refused: the first sign of an attack.
@@ -166,24 +178,41 @@ bool RefusalBudget::take(Clock::time_point now, const std::string& client, const
 
 RefusalBudget::Suppressed RefusalBudget::take_suppressed() { return std::exchange(suppressed_, Suppressed{}); }
 
-AuditLog::AuditLog(const std::string& path) : path_(path) {
-  if (path.empty()) return;
+namespace {
+
+// Opens (appends to) path, a regular file never reached through a symlink,
+// made 0600 (it names tenants and code hashes); throws naming the path.
+UniqueFd open_audit_file(const std::string& path) {
   // O_NONBLOCK: a FIFO at the path must not hold the node's start in open().
-  fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
-  if (!fd_)
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
+  if (!fd)
     throw std::runtime_error("audit_log " + path + ": " +
                              (errno == ENXIO ? "not a regular file (a FIFO without a reader)" : std::strerror(errno)));
   struct stat st {};
   std::string problem;
-  if (::fstat(fd_.get(), &st) != 0)
+  if (::fstat(fd.get(), &st) != 0)
     problem = std::strerror(errno);
   else if (!S_ISREG(st.st_mode))
     problem = "not a regular file";
-  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd_.get(), 0600) != 0)
+  else if ((st.st_mode & 07777) != 0600 && ::fchmod(fd.get(), 0600) != 0)
     problem = std::string("chmod 0600: ") + std::strerror(errno);
-  else if (::fcntl(fd_.get(), F_SETFL, O_APPEND) != 0)
+  else if (::fcntl(fd.get(), F_SETFL, O_APPEND) != 0)
     problem = std::string("fcntl: ") + std::strerror(errno);
   if (!problem.empty()) throw std::runtime_error("audit_log " + path + ": " + problem);
+  return fd;
+}
+
+// Whether the file of fd has no name left: records written to it would be
+// gone with the last descriptor.
+bool deleted(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && st.st_nlink == 0;
+}
+
+}  // namespace
+
+AuditLog::AuditLog(const std::string& path) : path_(path) {
+  if (!path.empty()) fd_ = open_audit_file(path);
 }
 
 AuditLog::~AuditLog() {
@@ -212,7 +241,21 @@ void AuditLog::write_suppressed() {
 
 bool AuditLog::writable() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return !fd_ || lost_ == 0 || append_locked("");
+  return !fd_ || (lost_ == 0 && !deleted(fd_.get())) || append_locked("");
+}
+
+void AuditLog::take_lost_from(AuditLog& previous) {
+  if (&previous == this) return;
+  std::scoped_lock lock(mutex_, previous.mutex_);
+  if (!fd_ || !previous.fd_) return;
+  struct stat mine {
+  }, theirs{};
+  const bool same_file = ::fstat(fd_.get(), &mine) == 0 && ::fstat(previous.fd_.get(), &theirs) == 0 &&
+                         mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino;
+  if (same_file) line_cut_ = std::exchange(previous.line_cut_, false);  // reopened, not rotated: end its line
+  if (previous.lost_ == 0) return;
+  lost_ += std::exchange(previous.lost_, 0);
+  last_errno_ = previous.last_errno_;
 }
 
 std::string AuditLog::failure() const {
@@ -246,7 +289,24 @@ uint64_t AuditLog::records_lost_in_process() { return lost_in_process_.load(); }
 // Appends line (may be empty) in one write, after what a failure left to
 // say: the end of a cut line, and how many records were lost.
 bool AuditLog::append_locked(std::string line) {
-  std::string text = line_cut_ ? "\n" : "";
+  std::string text;
+  if (deleted(fd_.get())) {
+    // Someone removed the file: what is written to it now would be lost
+    // unseen. A new one is made at the path, and its first line says why.
+    try {
+      fd_ = open_audit_file(path_);
+    } catch (const std::exception& e) {
+      if (lost_ == 0) spdlog::error("{}: records are lost until it can be written", e.what());
+      last_errno_ = errno ? errno : EIO;
+      return false;
+    }
+    spdlog::warn("audit log {} was deleted; made anew", path_);
+    line_cut_ = false;  // the cut line was in the deleted file
+    json j = event_record("audit_log_recreated");
+    j["reason"] = "the file was deleted while the node wrote to it";
+    text += j.dump() + "\n";
+  }
+  if (line_cut_) text += "\n";
   if (lost_ > 0) {
     json j = event_record("audit_records_lost");
     j["count"] = lost_;

@@ -1144,6 +1144,7 @@ void Node::reload() {
       moved["to"] = next->audit_log;
       audit()->write(moved);
     }
+    audit_log->take_lost_from(*audit());  // what the old file did not take is said in the new one
     admission_.resize(next->max_concurrent, next->queue_depth);
     configure_pool(*next);  // sandboxes of changed profiles are retired
     spdlog::set_level(spdlog::level::from_str(next->log_level));

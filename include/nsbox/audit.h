@@ -48,8 +48,10 @@ nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::st
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
 //  "limits_hit", "warnings", "limits", "answer_bytes", "stdout_bytes",
-//  "stdout_truncated", "stderr_bytes", "stderr_truncated", "artifacts" (name,
-//  size, sha256 each), "artifacts_refused" (a count), "denied_syscalls",
+//  "stdout_truncated", "stderr_bytes", "stderr_truncated", "artifacts" (name
+//  cut at kAuditFieldMax bytes, size, sha256 each; the first
+//  kAuditArtifactsListed), "artifacts_unlisted" (the rest, a count),
+//  "artifacts_refused" (a count), "denied_syscalls",
 //  "network"} from the worker's result; network is null or the egress totals.
 nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ordered_json& result);
 
@@ -76,6 +78,8 @@ struct RefusalContext {
 //  wrong token stays out of the log.
 nlohmann::ordered_json refusal_record(const RefusalContext& ctx);
 inline constexpr size_t kAuditFieldMax = 256;
+// Artifacts a run record lists; the rest are counted in artifacts_unlisted.
+inline constexpr size_t kAuditArtifactsListed = 256;
 
 // How many refusal lines one second of the audit log may hold: anyone who
 // reaches a listener can be refused, and must not be able to fill the disk;
@@ -133,6 +137,8 @@ class AuditLog {
   // line that is written says how many were, in
   // {"event": "audit_records_lost", "count", "error"}; a line cut short by
   // the failure is ended first, so it cannot run into the next record.
+  // A file deleted under the node is made anew at its path before the next
+  // record, which follows an {"event": "audit_log_recreated"} line.
   // True when the record is in the file (or no file is configured).
   bool write(const nlohmann::ordered_json& record);
   // A refusal line, within kRefusalLinesPerSecond and its client's
@@ -146,11 +152,14 @@ class AuditLog {
   // calls it each second, so a flood that stops is not left unsaid.
   void write_suppressed();
   // Whether records reach the file: true without a file, or when the last
-  // write did. After a failure, tries again to write the line that says
-  // what was lost (the node refuses runs until one gets through).
+  // write did and the file still has a name (else it is made anew). After a failure, tries again to write the line that
+  // says what was lost (the node refuses runs until one gets through).
   bool writable();
   // Why the last write failed ("" when it did not).
   std::string failure() const;
+  // Takes over what previous lost and has not said yet (a reload's new log
+  // says it in its first line, as previous would have).
+  void take_lost_from(AuditLog& previous);
   // Records no audit log of this process could write, reloads included.
   static uint64_t records_lost_in_process();
   const std::string& path() const { return path_; }

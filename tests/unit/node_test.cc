@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -774,6 +775,96 @@ TEST(Audit, RecordsAFullFileRefusesAreCountedAndSaidOnceItTakesThemAgain) {
   EXPECT_EQ(lost["count"], 7);
   EXPECT_EQ(lost["error"], std::strerror(EFBIG));
   EXPECT_EQ(json::parse(lines[5])["event"], "after");
+}
+
+// A run chooses its artifacts' names and count: its record must not grow
+// with them (one run wrote a 785 KB line with 64 names 4 KB long).
+TEST(Audit, ARunCannotMakeItsRecordAsLargeAsItLikes) {
+  json artifacts = json::array();
+  std::string long_name;
+  for (int i = 0; i < 2000; ++i) long_name += "\u00e9";
+  for (size_t i = 0; i < kAuditArtifactsListed + 44; ++i)
+    artifacts.push_back({{"name", long_name + std::to_string(i)}, {"size", 0}, {"sha256", "e3b0"}});
+  const json r = audit_record(AuditContext{}, json{{"status", "ok"}, {"artifacts", artifacts}});
+  ASSERT_EQ(r["artifacts"].size(), kAuditArtifactsListed);
+  EXPECT_EQ(r["artifacts_unlisted"], 44);
+  for (const auto& a : r["artifacts"]) EXPECT_LE(a["name"].get<std::string>().size(), kAuditFieldMax);
+  EXPECT_EQ(r["artifacts"][0]["sha256"], "e3b0");
+  const std::string line = r.dump(-1, ' ', true, json::error_handler_t::replace);
+  EXPECT_LT(line.size(), kAuditArtifactsListed * 1000) << "as the log writes it, non-ASCII escaped";
+}
+
+TEST(Audit, ALogDeletedUnderTheNodeIsMadeAnewAndSaysSoAndAGoneDirectoryStopsRuns) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("nsbox-audit-deleted-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "audit.log").string();
+  {
+    AuditLog log(path);
+    ASSERT_TRUE(log.write(json{{"event", "before"}}));
+    ASSERT_EQ(::unlink(path.c_str()), 0);
+    EXPECT_TRUE(log.writable()) << "made anew";
+    ASSERT_TRUE(log.write(json{{"event", "after"}}));
+    std::ifstream in(path);
+    std::vector<json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0]["event"], "audit_log_recreated");
+    EXPECT_EQ(lines[1]["event"], "after");
+    EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+    std::filesystem::remove_all(dir);  // nowhere to make it: nothing may run unaudited
+    EXPECT_FALSE(log.writable());
+    EXPECT_FALSE(log.write(json{{"event", "lost"}}));
+    EXPECT_FALSE(log.failure().empty());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A reload opens a new log: what the old one could not take is said in the
+// new one's first line, not forgotten with the old log.
+TEST(Audit, RecordsLostBeforeAReloadAreSaidByTheNewLog) {
+  const std::string base =
+      (std::filesystem::temp_directory_path() / ("nsbox-audit-reload-" + std::to_string(::getpid()))).string();
+  const std::string full = base + "-full", next = base + "-next";
+  std::filesystem::remove(full);
+  std::filesystem::remove(next);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit was{};
+    ::getrlimit(RLIMIT_FSIZE, &was);
+    rlimit small = was;
+    small.rlim_cur = 100;
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(10);
+    auto old_log = std::make_unique<AuditLog>(full);
+    for (int i = 0; i < 3; ++i) old_log->write(json{{"event", "run"}, {"pad", std::string(200, 'x')}});
+    if (old_log->writable()) ::_exit(11);
+    if (::setrlimit(RLIMIT_FSIZE, &was) != 0) ::_exit(12);
+    AuditLog new_log(next);
+    new_log.take_lost_from(*old_log);
+    old_log.reset();  // with nothing left to say in the old file
+    if (!new_log.write(json{{"event", "reload"}})) ::_exit(13);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the step that failed, in the child";
+  std::ifstream in(next);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["event"], "audit_records_lost");
+  EXPECT_EQ(lines[0]["count"], 3);
+  EXPECT_EQ(lines[1]["event"], "reload");
+  std::ostringstream old_text;
+  old_text << std::ifstream(full).rdbuf();
+  EXPECT_EQ(old_text.str().find("audit_records_lost"), std::string::npos) << "said once";
+  std::filesystem::remove(full);
+  std::filesystem::remove(next);
 }
 
 // A FIFO at the log's path (an operator's slip, or a log shipper's pipe)
