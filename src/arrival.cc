@@ -404,7 +404,7 @@ struct ArrivalWatch::State {
         // What arrived is dropped, so cpp-httplib's job finds only the end
         // and closes its socket without serving a request.
         spdlog::warn("arrival watch: duplicate socket {}: {}; the connection is refused", fd, std::strerror(errno));
-        refused("overload", 429, fd);
+        refused("overload", 429, fd, overload_answer);
         send_answer(fd, overload_answer);
         ::shutdown(fd, SHUT_RDWR);
         drain_received(fd);
@@ -419,7 +419,7 @@ struct ArrivalWatch::State {
       if (r->socket) remove_reading(r);
     };
     if (dispatch(served)) return;
-    refused("overload", 429, fd);
+    refused("overload", 429, fd, overload_answer);
     answer_and_close(fd, overload_answer);
   }
 
@@ -445,7 +445,7 @@ struct ArrivalWatch::State {
     if (waiting.size() >= kMaxWaitingHeads || waiting_per_client[client] >= kMaxWaitingHeadsPerClient) {
       if (waiting_per_client[client] == 0) waiting_per_client.erase(client);
       lock.unlock();
-      refused("overload", 429, fd);
+      refused("overload", 429, fd, overload_answer);
       answer_and_close(fd, overload_answer);
       return;
     }
@@ -502,10 +502,10 @@ struct ArrivalWatch::State {
       case Look::kComplete:
         return serve_or_refuse(fd, std::move(job), head);
       case Look::kTooLarge:
-        refused("head_too_large", 431, fd);
+        refused("head_too_large", 431, fd, too_large_answer);
         return answer_and_close(fd, too_large_answer);
       case Look::kBareLf:
-        refused("bad_request", 400, fd);
+        refused("bad_request", 400, fd, bare_lf_answer);
         return answer_and_close(fd, bare_lf_answer);
       default:  // closed or failed before its head: nothing to answer
         return answer_and_close(fd, "");
@@ -568,11 +568,11 @@ struct ArrivalWatch::State {
     }
     for (int fd : looks_due) on_data(fd, false);
     for (const auto& l : late) {
-      if (l.answer) refused("timeout", 408, l.fd);
+      if (l.answer) refused("timeout", 408, l.fd, *l.answer);
       answer_and_close(l.fd, l.answer ? *l.answer : std::string());
     }
     for (const auto& r : cut) {
-      refused("timeout", 408, r->socket.get());
+      refused("timeout", 408, r->socket.get(), body_timeout_answer);
       send_answer(r->socket.get(), body_timeout_answer);
       ::shutdown(r->socket.get(), SHUT_RDWR);
     }
@@ -659,11 +659,11 @@ void ArrivalWatch::admit(int fd, Job job) {
   if (first == Look::kComplete) return s.serve_or_refuse(fd, std::move(job), head);
   if (first == Look::kGone) return answer_and_close(fd, "");
   if (first == Look::kTooLarge) {
-    s.refused("head_too_large", 431, fd);
+    s.refused("head_too_large", 431, fd, s.too_large_answer);
     return answer_and_close(fd, s.too_large_answer);
   }
   if (first == Look::kBareLf) {
-    s.refused("bad_request", 400, fd);
+    s.refused("bad_request", 400, fd, s.bare_lf_answer);
     return answer_and_close(fd, s.bare_lf_answer);
   }
   s.wait_for_head(fd, std::move(job), seen);

@@ -154,25 +154,38 @@ json refusal_record(const RefusalContext& ctx) {
   return j;
 }
 
-bool RefusalBudget::take(Clock::time_point now, const std::string& client, const std::string& reason) {
+namespace {
+
+// Counts one under key, naming at most kSuppressedClientsNamed keys.
+void count_named(std::map<std::string, uint64_t>& named, uint64_t& others, const std::string& key) {
+  if (named.count(key) || named.size() < kSuppressedClientsNamed)
+    ++named[key];
+  else
+    ++others;
+}
+
+}  // namespace
+
+bool RefusalBudget::take(Clock::time_point now, const std::string& client, const std::string& reason,
+                         const std::string& tenant) {
   if (now - window_start_ >= std::chrono::seconds(1)) {
     window_start_ = now;
-    used_ = 0;
-    used_by_client_.clear();
+    anonymous_ = Window{};
+    authenticated_ = Window{};
   }
-  const auto mine = used_by_client_.find(client);
-  const unsigned used_by_client = mine == used_by_client_.end() ? 0 : mine->second;
-  if (used_ < per_second_ && used_by_client < per_client_) {
-    ++used_;
-    ++used_by_client_[client];
+  Window& window = tenant.empty() ? anonymous_ : authenticated_;
+  const std::string& key = tenant.empty() ? client : tenant;
+  const auto mine = window.used_by.find(key);
+  const unsigned used_by_key = mine == window.used_by.end() ? 0 : mine->second;
+  if (window.used < per_second_ && used_by_key < per_client_) {
+    ++window.used;
+    ++window.used_by[key];
     return true;
   }
   ++suppressed_.count;
   ++suppressed_.by_reason[reason];
-  if (suppressed_.by_client.count(client) || suppressed_.by_client.size() < kSuppressedClientsNamed)
-    ++suppressed_.by_client[client];
-  else
-    ++suppressed_.other_clients;
+  count_named(suppressed_.by_client, suppressed_.other_clients, client);
+  if (!tenant.empty()) count_named(suppressed_.by_tenant, suppressed_.other_tenants, tenant);
   return false;
 }
 
@@ -229,7 +242,10 @@ bool AuditLog::write(const json& record) {
 
 void AuditLog::refused(const json& record, RefusalBudget::Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!refusals_.take(now, record.value("client", ""), record.value("reason", ""))) return;
+  const json& tenant = record.contains("tenant") ? record["tenant"] : json(nullptr);
+  if (!refusals_.take(now, record.value("client", ""), record.value("reason", ""),
+                      tenant.is_string() ? tenant.get<std::string>() : ""))
+    return;
   write_suppressed_locked();
   write_locked(record);
 }
@@ -271,6 +287,8 @@ void AuditLog::write_suppressed_locked() {
   j["by_reason"] = suppressed.by_reason;
   j["by_client"] = suppressed.by_client;
   j["other_clients"] = suppressed.other_clients;
+  j["by_tenant"] = suppressed.by_tenant;
+  j["other_tenants"] = suppressed.other_tenants;
   write_locked(j);
 }
 

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -499,7 +500,7 @@ class Node {
               const TenantConfig* tenant = nullptr) const;
   void audit_refusal(const httplib::Request& req, const TenantConfig* tenant, int status, const char* reason,
                      const std::string& message) const;
-  void refused_by_the_listener(const char* reason, int status, int fd) const;
+  void refused_by_the_listener(const char* reason, int status, int fd, const std::string& answer) const;
   void refuse_as_the_platform(const httplib::Request& req, httplib::Response& res, const TenantConfig* tenant,
                               const std::string& message, const std::string& answer) const;
   void refuse_unaudited(const httplib::Request& req, httplib::Response& res, AuditLog& log,
@@ -633,16 +634,18 @@ void Node::refuse_unaudited(const httplib::Request& req, httplib::Response& res,
 // A connection the arrival watch answered itself, before any head the
 // node could read: counted, and written to the audit log by what it was
 // told (no method or path is known).
-void Node::refused_by_the_listener(const char* reason, int status, int fd) const {
+void Node::refused_by_the_listener(const char* reason, int status, int fd, const std::string& answer) const {
   metrics_.rejected(reason);
   RefusalContext ctx;
   ctx.client = peer_host(fd);
   ctx.status = status;
   ctx.reason = reason;
-  ctx.message = status == 429   ? kOverloadMessage
-                : status == 431 ? "request headers too large"
-                : status == 408 ? "request timeout: the request did not arrive within limits.request_timeout"
-                                : "malformed request head";
+  // What the client was told: the answer's body, {"return": null, "error": ...}.
+  const size_t body = answer.find("\r\n\r\n");
+  const json told = body == std::string::npos ? json() : json::parse(answer.substr(body + 4), nullptr, false);
+  ctx.message = told.is_object() && told.contains("error") && told["error"].is_string()
+                    ? told["error"].get<std::string>()
+                    : "malformed request head";
   audit()->refused(refusal_record(ctx));
 }
 
@@ -905,7 +908,9 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   svr->new_task_queue = [this, threads, arrival, li] {
     return new BoundedTaskQueue(
         threads, threads * kPendingPerThread, arrival,
-        [this](const char* reason, int status, int fd) { refused_by_the_listener(reason, status, fd); },
+        [this](const char* reason, int status, int fd, const std::string& answer) {
+          refused_by_the_listener(reason, status, fd, answer);
+        },
         [this, li](std::string_view head, int fd) { return screen_head(head, fd, li); });
   };
   const auto timeout = std::chrono::duration_cast<std::chrono::microseconds>(cfg->client_timeout);
@@ -1079,20 +1084,35 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
 
 }  // namespace
 
-// What a config lets run, for the audit log: its source, and each tenant
-// with its profile and that profile's digest (a reload may change a
-// profile and keep its name).
+// What a config lets run, and who may, for the audit log: its source, each
+// listener with the language it pins and the tenant anonymous requests to
+// it run as, and each tenant with a fingerprint of its token (so that a
+// token's change is on record, never the token), its share and its
+// profile with that profile's digest (a reload may change a profile and
+// keep its name).
 json config_record(const char* event, const NodeConfig& c) {
   json j = event_record(event);
   j["pid"] = ::getpid();
-  j["config"] = c.source;
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(c.source, ec);
+  j["config"] = c.source.front() == '<' || ec ? c.source : absolute.lexically_normal().string();
   json tenants = json::array();
   for (const auto& t : c.tenants)
-    tenants.push_back({{"name", t.name}, {"profile", t.profile.name}, {"profile_sha256", t.profile_sha256}});
+    tenants.push_back({{"name", t.name},
+                       {"token_sha256", t.token.empty() ? json(nullptr) : json(sha256_hex(t.token).substr(0, 16))},
+                       {"max_requests", t.max_requests},
+                       {"profile", t.profile.name},
+                       {"profile_sha256", t.profile_sha256}});
   j["tenants"] = std::move(tenants);
   json listeners = json::array();
-  for (const auto& l : c.listeners) listeners.push_back(l.address());
+  for (const auto& l : c.listeners) {
+    const std::string& anonymous = l.tenant.empty() ? c.default_tenant : l.tenant;
+    listeners.push_back({{"address", l.address()},
+                         {"language", l.language ? json(to_string(*l.language)) : json(nullptr)},
+                         {"anonymous_tenant", anonymous.empty() ? json(nullptr) : json(anonymous)}});
+  }
   j["listeners"] = std::move(listeners);
+  j["metrics_token"] = !c.metrics_token.empty();
   return j;
 }
 

@@ -332,6 +332,43 @@ const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener)
   return name.empty() ? nullptr : tenant(name);
 }
 
+namespace {
+
+// The files a config reads settings or secrets from: itself, its token
+// files and the profiles it names by path.
+std::vector<std::string> files_read_by(const YAML::Node& root, const std::string& file, const std::string& dir) {
+  std::vector<std::string> out{file};
+  auto scalar_at = [](const YAML::Node& map, const char* key) -> std::string {
+    if (!map || !map.IsMap()) return "";
+    const YAML::Node v = map[key];
+    return v && v.IsScalar() ? v.Scalar() : "";
+  };
+  const YAML::Node tenants = root["tenants"];
+  if (tenants && tenants.IsSequence()) {
+    for (const auto& t : tenants) {
+      if (std::string f = scalar_at(t, "token_file"); !f.empty()) out.push_back(relative_to(dir, f));
+      if (std::string f = scalar_at(t, "profile"); is_profile_path(f)) out.push_back(relative_to(dir, f));
+    }
+  }
+  if (std::string f = scalar_at(root["metrics"], "token_file"); !f.empty()) out.push_back(relative_to(dir, f));
+  return out;
+}
+
+// The audit log is appended to: were it a file the node reads (its config,
+// a token file, a profile), the node would write its records into it and
+// refuse its next start or reload with an error about that file.
+void check_audit_log_is_its_own(const Field& at, const std::string& audit_log, const std::vector<std::string>& read) {
+  struct stat log {};
+  if (::stat(audit_log.c_str(), &log) != 0) return;  // made at start: no file read is it
+  for (const auto& f : read) {
+    struct stat st {};
+    if (::stat(f.c_str(), &st) == 0 && st.st_dev == log.st_dev && st.st_ino == log.st_ino)
+      at.fail("audit_log " + audit_log + " is " + f + ", which the node reads: give the audit log a file of its own");
+  }
+}
+
+}  // namespace
+
 NodeConfig load_node_config_text(const std::string& text, const std::string& file, const ProfileSearch& search) {
   YAML::Node root = profile_yaml::parse_document(file, text);
   if (!root.IsMap())
@@ -355,7 +392,10 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
   if (c.tenants.empty()) tenants->fail("at least one tenant is needed");
   if (auto v = map.get("default_tenant")) c.default_tenant = v->text();
   if (auto v = map.get("limits")) read_limits(*v, c);
-  if (auto v = map.get("audit_log")) c.audit_log = relative_to(dir, v->text());
+  if (auto v = map.get("audit_log")) {
+    c.audit_log = relative_to(dir, v->text());
+    check_audit_log_is_its_own(*v, c.audit_log, files_read_by(root, file, dir));
+  }
   if (auto v = map.get("log_level")) c.log_level = read_log_level(*v);
   if (auto v = map.get("cors")) {
     MapReader cors(*v, keys_of("cors"));

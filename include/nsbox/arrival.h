@@ -80,8 +80,9 @@ class ArrivalWatch {
   // Queues a job for a request thread; false when every queue is full.
   using Dispatch = std::function<bool(Job&)>;
   // Counts and records a connection refused here (its answer's status, by
-  // the metrics' reason), its socket still open.
-  using Refused = std::function<void(const char* reason, int status, int fd)>;
+  // the metrics' reason, and the whole answer it is sent), its socket still
+  // open.
+  using Refused = std::function<void(const char* reason, int status, int fd, const std::string& answer)>;
   // A request refused on its head: the whole answer to send, and how many
   // bytes of what the client sends after it are read and dropped at most
   // before the connection is closed.

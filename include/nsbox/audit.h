@@ -84,36 +84,47 @@ inline constexpr size_t kAuditArtifactsListed = 256;
 // How many refusal lines one second of the audit log may hold: anyone who
 // reaches a listener can be refused, and must not be able to fill the disk;
 // and of those how many one client may take, so that one client's flood
-// leaves room for the others' refusals.
+// leaves room for the others' refusals. Refusals of an authenticated
+// tenant have a second budget of their own, shared out by tenant, not by
+// address (behind a gateway every request has one address): a flood of
+// anonymous requests cannot take the lines that name a tenant.
 inline constexpr unsigned kRefusalLinesPerSecond = 20;
 inline constexpr unsigned kRefusalLinesPerClientPerSecond = 5;
-// Clients named in one refusals_suppressed line; the rest are counted.
+// Clients (and tenants) named in one refusals_suppressed line; the rest are counted.
 inline constexpr size_t kSuppressedClientsNamed = 32;
 
-// A fixed one-second window of refusal lines; those past its budget, or
-// past their client's share of it, are counted by reason and client.
+// Fixed one-second windows of refusal lines; those past their budget, or
+// past their client's (or tenant's) share of it, are counted by reason,
+// client and tenant.
 class RefusalBudget {
  public:
   using Clock = std::chrono::steady_clock;
   RefusalBudget(unsigned per_second, unsigned per_client) : per_second_(per_second), per_client_(per_client) {}
-  // True when a refusal of client at now may be written; otherwise it is
-  // counted under its reason and client.
-  bool take(Clock::time_point now, const std::string& client = "", const std::string& reason = "");
+  // True when a refusal of client (as tenant, "" when not authenticated)
+  // at now may be written; otherwise it is counted.
+  bool take(Clock::time_point now, const std::string& client = "", const std::string& reason = "",
+            const std::string& tenant = "");
   struct Suppressed {
     uint64_t count = 0;
     std::map<std::string, uint64_t> by_reason;
     std::map<std::string, uint64_t> by_client;  // at most kSuppressedClientsNamed
     uint64_t other_clients = 0;                 // refusals of clients past those
+    std::map<std::string, uint64_t> by_tenant;  // authenticated ones, at most kSuppressedClientsNamed
+    uint64_t other_tenants = 0;
   };
   // The refusals counted since the last call; the count starts again at 0.
   Suppressed take_suppressed();
 
  private:
+  struct Window {
+    unsigned used = 0;
+    std::map<std::string, unsigned> used_by;  // by client or tenant, at most per_second_ keys
+  };
   unsigned per_second_;
   unsigned per_client_;
   Clock::time_point window_start_{};
-  unsigned used_ = 0;
-  std::map<std::string, unsigned> used_by_client_;  // this window's, at most per_second_ clients
+  Window anonymous_;      // shared out by client address
+  Window authenticated_;  // shared out by tenant
   Suppressed suppressed_;
 };
 
@@ -144,7 +155,8 @@ class AuditLog {
   // A refusal line, within kRefusalLinesPerSecond and its client's
   // kRefusalLinesPerClientPerSecond; those past them are counted and said
   // in one {"event": "refusals_suppressed", "count", "by_reason",
-  // "by_client", "other_clients"} line, written before the next line of
+  // "by_client", "other_clients", "by_tenant", "other_tenants"} line,
+  // written before the next line of
   // any kind or when the log is closed.
   void refused(const nlohmann::ordered_json& record,
                RefusalBudget::Clock::time_point now = RefusalBudget::Clock::now());

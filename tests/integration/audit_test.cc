@@ -21,6 +21,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/digest.h"
 
 namespace nsbox::testing {
 namespace {
@@ -76,9 +77,14 @@ TEST(NodeAudit, StartReloadsAndStopAreOnRecordAndAReloadCannotTurnTheLogOff) {
   ASSERT_EQ(started.size(), 1u) << slurp(path);
   EXPECT_EQ(started[0]["pid"], node.pid());
   EXPECT_EQ(started[0]["config"], node.config_path());
-  EXPECT_EQ(started[0]["listeners"], json::array({"127.0.0.1:" + std::to_string(node.port())}));
+  EXPECT_EQ(started[0]["listeners"], json::parse(R"([{"address": "127.0.0.1:)" + std::to_string(node.port()) +
+                                                 R"(", "language": null, "anonymous_tenant": null}])"));
+  EXPECT_EQ(started[0]["metrics_token"], false);
   ASSERT_EQ(started[0]["tenants"].size(), 1u);
   EXPECT_EQ(started[0]["tenants"][0]["name"], "acme");
+  // Which token, never the token: a token's change is on record.
+  EXPECT_EQ(started[0]["tenants"][0]["token_sha256"], sha256_hex(kToken).substr(0, 16));
+  EXPECT_EQ(slurp(path).find(kToken), std::string::npos);
   EXPECT_EQ(started[0]["tenants"][0]["profile"], "default");
   EXPECT_EQ(started[0]["tenants"][0]["profile_sha256"].get<std::string>().size(), 64u);
 
@@ -318,6 +324,7 @@ TEST(NodeAudit, ARunWhoseStartCannotBeWrittenIsNotRun) {
 TEST(NodeAudit, RefusalsAreOnRecordWithoutTheCredentialsOrInputsSent) {
   NodeProcess node(tenants_config("audit.log"));
   ASSERT_TRUE(node.ready()) << node.log();
+  std::vector<json> told;  // each answer's body
   auto send_raw = [&](const std::string& text) {
     const int s = connect_loopback(node.port());
     if (s < 0) return std::string();
@@ -326,6 +333,8 @@ TEST(NodeAudit, RefusalsAreOnRecordWithoutTheCredentialsOrInputsSent) {
     ::setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     std::string answer = read_answer(s);
     ::close(s);
+    const size_t body = answer.find("\r\n\r\n");
+    told.push_back(body == std::string::npos ? json() : json::parse(answer.substr(body + 4), nullptr, false));
     return answer.substr(0, answer.find("\r\n"));
   };
   EXPECT_EQ(send_raw("GET /health HTTP/1.1\nHost: x\n\n"), "HTTP/1.1 400 Bad Request");
@@ -348,6 +357,7 @@ TEST(NodeAudit, RefusalsAreOnRecordWithoutTheCredentialsOrInputsSent) {
   EXPECT_TRUE(refused[0]["method"].is_null()) << "cut before its head was read";
   EXPECT_EQ(refused[0]["client"], "127.0.0.1");
   EXPECT_EQ(refused[1]["status"], 431);
+  for (int i : {0, 1}) EXPECT_EQ(refused[i]["message"], told.at(i)["error"]) << "what the client was told";
   EXPECT_EQ(refused[2]["status"], 404);
   EXPECT_EQ(refused[2]["path"], "/etc/passwd");
   EXPECT_EQ(refused[3]["status"], 400);

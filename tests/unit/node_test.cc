@@ -230,6 +230,32 @@ TEST(NodeConfig, TokenFilesMustBePrivate) {
   std::filesystem::remove_all(dir);
 }
 
+// The node appends to its audit log: pointed at its token file (or its
+// config), it would corrupt it and refuse its own next start.
+TEST(NodeConfig, TheAuditLogCannotBeAFileTheNodeReads) {
+  auto dir = std::filesystem::temp_directory_path() / ("nsbox-node-audit-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string token = (dir / "token").string();
+  std::ofstream(token) << "file-token-0123456789abcdef\n";
+  ::chmod(token.c_str(), 0600);
+  const std::string file = (dir / "node.yaml").string();
+  std::ofstream(file) << "";
+  const std::string tenants = "tenants:\n  - name: a\n    token_file: token\n    profile: default\n";
+  for (const std::string& target : {std::string("token"), token, std::string("node.yaml")}) {
+    try {
+      load_node_config_text(tenants + "audit_log: " + target + "\n", file, repo_profiles());
+      ADD_FAILURE() << "audit_log " << target << " was accepted";
+    } catch (const ProfileError& e) {
+      EXPECT_NE(std::string(e.what()).find("which the node reads: give the audit log a file of its own"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(load_node_config_text(tenants + "audit_log: audit.log\n", file, repo_profiles()).audit_log,
+            (dir / "audit.log").string());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(NodeConfig, SchemaKeysAreDocumented) {
   std::ifstream in(std::string(NSBOX_SOURCE_DIR) + "/docs/OPERATIONS.md");
   std::string doc((std::istreambuf_iterator<char>(in)), {});
@@ -679,6 +705,26 @@ TEST(Audit, OneClientTakesAtMostItsShareOfASecondsRefusalLines) {
   const RefusalBudget::Suppressed many = none.take_suppressed();
   EXPECT_EQ(many.by_client.size(), kSuppressedClientsNamed);
   EXPECT_EQ(many.other_clients, 3u);
+}
+
+// Behind a gateway every request comes from one address: an authenticated
+// tenant's refusals are shared out by tenant, from a budget that anonymous
+// requests cannot spend, and those not written are counted by tenant.
+TEST(Audit, ATenantsRefusalsAreNamedWhateverTheAddressAndAnAnonymousFlood) {
+  RefusalBudget budget(4, 2);
+  const auto t0 = RefusalBudget::Clock::now();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(budget.take(t0, "10.0.0." + std::to_string(i % 2), "unauthorized"));
+  EXPECT_FALSE(budget.take(t0, "10.0.0.9", "unauthorized")) << "the anonymous budget is spent";
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "bad_request", "acme"));
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "bad_request", "acme"));
+  EXPECT_FALSE(budget.take(t0, "10.0.0.1", "bad_request", "acme")) << "acme's share is spent";
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "overload", "beta")) << "another tenant, the same address";
+  EXPECT_TRUE(budget.take(t0, "10.0.0.1", "overload", "beta"));
+  EXPECT_FALSE(budget.take(t0, "10.0.0.1", "overload", "gamma")) << "the tenants' budget is spent";
+  const RefusalBudget::Suppressed s = budget.take_suppressed();
+  EXPECT_EQ(s.count, 3u);
+  EXPECT_EQ(s.by_tenant, (std::map<std::string, uint64_t>{{"acme", 1}, {"gamma", 1}}));
+  EXPECT_EQ(s.by_client, (std::map<std::string, uint64_t>{{"10.0.0.1", 2}, {"10.0.0.9", 1}}));
 }
 
 std::vector<json> audit_lines(const std::string& path) {
