@@ -1,13 +1,18 @@
 #include "profile_yaml.h"
 
+#include <fcntl.h>
 #include <seccomp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <climits>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -16,7 +21,9 @@
 #include <yaml-cpp/depthguard.h>
 
 #include "nsbox/digest.h"
+#include "nsbox/io.h"
 #include "nsbox/run_spec.h"
+#include "nsbox/unique_fd.h"
 #include "nsbox/units.h"
 
 namespace nsbox::profile_yaml {
@@ -215,18 +222,57 @@ YAML::Node parse_document(const std::string& file, const std::string& text) {
   return doc;
 }
 
+namespace {
+
+// Who may have written a file or directory the node or a run trusts: root
+// or the user nsbox runs as, and no one else through its mode. A
+// directory writable by others must be sticky (as /tmp), where they cannot
+// replace what is ours.
+std::string untrusted_because(const struct stat& st, bool directory) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != 0 && st.st_uid != me)
+    return "owned by uid " + std::to_string(st.st_uid) + ", neither root nor the user nsbox runs as (uid " +
+           std::to_string(me) + ")";
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(directory && (st.st_mode & S_ISVTX))) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return std::string("writable by group or others (mode ") + mode + "); chmod go-w it";
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) throw ProfileError(path, 0, 0, std::strerror(errno));
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw ProfileError(path, 0, 0, std::strerror(errno));
+  if (::fstat(fd.get(), &st) != 0) throw ProfileError(path, 0, 0, std::strerror(errno));
   if (!S_ISREG(st.st_mode)) throw ProfileError(path, 0, 0, "not a regular file");
   if (static_cast<size_t>(st.st_size) > kMaxFileBytes) {
     throw ProfileError(path, 0, 0, "larger than 1MiB: not a profile");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ProfileError(path, 0, 0, std::strerror(errno ? errno : EIO));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // What a profile, config or token says decides what runs may do: a file
+  // anyone else could have written (a profiles/ directory they made beside
+  // a binary in /tmp, say) is refused, not obeyed.
+  if (std::string why = untrusted_because(st, false); !why.empty())
+    throw ProfileError(path, 0, 0, "not trusted: " + why);
+  char real[PATH_MAX];
+  const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+  const ssize_t n = ::readlink(self.c_str(), real, sizeof real - 1);
+  if (n > 0) {
+    real[n] = '\0';
+    const std::string dir = std::filesystem::path(real).parent_path().string();
+    struct stat dst {};
+    if (::stat(dir.c_str(), &dst) == 0) {
+      if (std::string why = untrusted_because(dst, true); !why.empty())
+        throw ProfileError(path, 0, 0, "not trusted: its directory " + dir + " is " + why);
+    }
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  const size_t got = read_full(fd.get(), text.data(), text.size());
+  text.resize(got);
+  return text;
 }
 
 std::string describe(const YAML::Node& node) {

@@ -25,7 +25,9 @@ namespace nsbox::profile_yaml {
 YAML::Node parse_document(const std::string& file, const std::string& text);
 
 // Reads a whole file (at most 1 MiB); ProfileError without position when it
-// cannot be read.
+// cannot be read, or when anyone but root or the user nsbox runs as could
+// have written it: owned by another user, writable by group or others, or
+// in a directory that is (and not sticky).
 std::string read_file(const std::string& path);
 
 // "a map", "a list", "nothing", "\"text\"" or "the quoted string \"64\"".

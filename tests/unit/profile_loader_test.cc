@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -73,6 +75,47 @@ void expect_round_trip(const Profile& p) {
   EXPECT_EQ(without_origin(again, p), p) << yaml;
   std::string yaml_again = to_yaml(again);
   EXPECT_EQ(yaml_again.substr(yaml_again.find('\n')), yaml.substr(yaml.find('\n')));
+}
+
+// ---- who may have written a profile ----
+
+std::string load_error(const std::string& name_or_path, const ProfileSearch& search) {
+  try {
+    load_profile(name_or_path, search);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A profile decides what runs may do: one that someone other than root or
+// nsbox's user could have written is refused, never obeyed. A binary run
+// from /tmp/x/bin once took /tmp/x/profiles/default.yaml, which any user
+// could make, for every run's default.
+TEST(ProfileTrust, AProfileOthersCouldHaveWrittenIsRefused) {
+  TempDir dir;
+  const std::string planted = dir.write("bin/../profiles/default.yaml", "name: default\nlimits: {memory: 1TiB}\n");
+  const ProfileSearch beside_binary = default_profile_search(dir.path() + "/bin");
+  const std::string profiles = dir.path() + "/profiles";
+  ASSERT_EQ(::chmod(planted.c_str(), 0666), 0);
+  EXPECT_NE(load_error("default", beside_binary).find("not trusted: writable by group or others (mode 0666)"),
+            std::string::npos)
+      << load_error("default", beside_binary);
+  EXPECT_NE(load_error(planted, ProfileSearch{}).find("not trusted"), std::string::npos) << "by path too";
+  ASSERT_EQ(::chmod(planted.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod(profiles.c_str(), 0777), 0);
+  EXPECT_NE(load_error("default", beside_binary)
+                .find("not trusted: its directory " + profiles + " is writable by group or others (mode 0777)"),
+            std::string::npos)
+      << load_error("default", beside_binary);
+  ASSERT_EQ(::chmod(profiles.c_str(), 01777), 0);  // sticky, as /tmp: others cannot replace our file
+  EXPECT_EQ(load_error("default", beside_binary), "");
+  ASSERT_EQ(::chmod(profiles.c_str(), 0755), 0);
+  EXPECT_EQ(load_profile("default", beside_binary).limits.memory, 1ull << 40) << "trusted: used";
+  if (::geteuid() != 0) GTEST_SKIP() << "the owner check needs root to give the file away";
+  ASSERT_EQ(::chown(planted.c_str(), 65534, 65534), 0);
+  EXPECT_NE(load_error("default", beside_binary).find("not trusted: owned by uid 65534"), std::string::npos)
+      << load_error("default", beside_binary);
 }
 
 // ---- the corpus of broken profiles ----
