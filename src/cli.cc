@@ -81,14 +81,22 @@ T parse_flag(const std::string& flag, const std::string& value, Parse parse) {
   }
 }
 
-// A number of seconds or CPUs: finite and more than 0, in the flag's words.
-CLI::Validator positive_number(const std::string& what) {
+constexpr double kSecondsInAYear = 365.0 * 24 * 3600;
+constexpr double kMaxCpusFlag = 4096;
+
+// A number of seconds or CPUs in plain decimals (as profiles write them:
+// not 0x10, 1e3 or inf), more than 0 and at most max, in the flag's words.
+CLI::Validator positive_number(const std::string& what, double max) {
   return CLI::Validator(
-      [what](std::string& value) {
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(v) || v <= 0)
-          return "expected " + what + " more than 0, got '" + value + "'";
+      [what, max](std::string& value) {
+        const bool decimal =
+            std::any_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+            std::all_of(value.begin(), value.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
+            std::count(value.begin(), value.end(), '.') <= 1;
+        const double v = decimal ? std::strtod(value.c_str(), nullptr) : 0;
+        if (!decimal || v <= 0 || v > max)
+          return "expected " + what + " more than 0 and at most " + std::to_string(std::llround(max)) +
+                 ", in decimals, got '" + value + "'";
         return std::string();
       },
       "", "positive");
@@ -114,13 +122,13 @@ void add_sandbox_options(CLI::App* cmd, SandboxOptions& o) {
       ->check(kNonEmpty);
   cmd->add_option("--rootfs", o.rootfs, "Root tree of the sandbox (default: the profile's)")->check(kNonEmpty);
   cmd->add_option("--timeout", o.timeout_sec, "Wall-clock limit in seconds, at most the profile's")
-      ->check(positive_number("a number of seconds"));
+      ->check(positive_number("a number of seconds", kSecondsInAYear));
   cmd->add_option("--memory", o.memory, "Memory limit of the whole run, e.g. 256MiB, at most the profile's")
       ->check(kNonEmpty);
   cmd->add_option("--pids", o.pids, "Maximum number of processes and threads, at most the profile's")
       ->check(whole_number(kMinPids, 65536));
   cmd->add_option("--cpus", o.cpus, "CPU bandwidth in CPUs, e.g. 0.5, at most the profile's")
-      ->check(positive_number("a number of CPUs"));
+      ->check(positive_number("a number of CPUs", kMaxCpusFlag));
   cmd->add_option("--cpu-time", o.cpu_time, "CPU time of the whole run, e.g. 10s, at most the profile's")
       ->check(kNonEmpty);
   cmd->add_flag("--best-effort", o.best_effort,
@@ -214,11 +222,8 @@ RunSpec spec_from_options(const SandboxOptions& opt) {
     set_env(spec.env, std::move(key), std::move(value));
   }
   RunOverrides overrides;
-  if (opt.timeout_sec > 0) {  // the validator refused 0, negatives and nan
-    // Past a year it is past any profile's wall_time; clamped there, as
-    // llround past int64 is undefined.
-    const double ms = std::min(opt.timeout_sec * 1000, 365.0 * 24 * 3600 * 1000);
-    overrides.wall_time = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(ms)));
+  if (opt.timeout_sec > 0) {  // the validator took decimals in (0, a year] only
+    overrides.wall_time = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(opt.timeout_sec * 1000)));
   }
   if (!opt.memory.empty()) overrides.memory = parse_flag<uint64_t>("--memory", opt.memory, parse_size);
   if (!opt.cpu_time.empty())

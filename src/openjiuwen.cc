@@ -155,6 +155,12 @@ void migrate_mounts(const Field& f, Profile& p) {
     auto [it, fresh] = seen.emplace(mount.target, item.path());
     if (!fresh) dst->fail("duplicate mount target " + mount.target + " (also " + it->second + ")");
     if (how == "read" && src->string() == dst->string() && kRootfsProvided.count(mount.target)) continue;
+    // Writable, it is no longer a way to find the runtimes: every run could
+    // change the host's programs or libraries there.
+    if (how == "write" && kRootfsProvided.count(mount.target))
+      mode->fail("mode write over " + mount.target +
+                 ", which nsbox's rootfs provides: runs could change the host's files there (a read mount of it "
+                 "is dropped; give a directory of its own for data)");
     mount.source = src->host_source();
     mount.mode = how == "read" ? MountMode::kReadOnly : MountMode::kReadWrite;
     check_not_reserved(*dst, mount.target, p);

@@ -173,6 +173,13 @@ TEST(ProfileEffects, AMistypedOptionIsRefusedNotPassedToTheCommand) {
     const std::string error = refusal_of_run(flags);
     EXPECT_NE(error.find(flags[0] + ": "), std::string::npos) << error;
   }
+  // Numbers as profiles write them: no hex, no exponent, nothing past a year
+  // (1e99 once read as "timeout 8760h exceeds ...", a value never given).
+  for (const char* seconds : {"0x10", "1e99", "inf", "99999999999"})
+    EXPECT_EQ(refusal_of_run({"--timeout", seconds}),
+              std::string("--timeout: expected a number of seconds more than 0 and at most 31536000, in decimals, "
+                          "got '") +
+                  seconds + "'\nRun with --help for more information.\n");
 }
 
 TEST(ProfileEffects, ABadArtifactsDirectoryIsRefusedBeforeTheRun) {
