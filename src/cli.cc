@@ -477,6 +477,7 @@ int cli_main(int argc, char** argv) {
                        std::cerr);
     if (*doctor) {
       DoctorOptions options{.rootfs = doctor_rootfs,
+                            .default_profile = load_profile_or_explain("default"),
                             .rootfs_given = doctor->count("--rootfs") > 0,
                             .profiles = {},
                             .node = load_node_config_or_explain(doctor_config),

@@ -333,7 +333,7 @@ void test_launch(Report& r, RunSpec spec, const std::string& what) {
   }
 }
 
-void check_rootfs(Report& r, const std::string& rootfs) {
+void check_rootfs(Report& r, const std::string& rootfs, const Profile& default_profile) {
   r.out << "rootfs\n";
   struct stat st {};
   if (::stat(rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -358,11 +358,13 @@ void check_rootfs(Report& r, const std::string& rootfs) {
              "built_at " + str("built_at") + ", recipe " + str("recipe_hash") + ", content " + str("content_hash"));
     }
   }
-  // The real thing: build a sandbox and run /bin/true in it.
-  RunSpec spec;
+  // The real thing: build a sandbox as `nsbox run` does without flags (its
+  // limits, its workspace) and run /bin/true in it. A bare sandbox could
+  // start where every default run is refused (an ordinary user cannot make
+  // the run's cgroup or cap its workspace).
+  RunSpec spec = spec_from_profile(default_profile);
   spec.rootfs = rootfs;
-  spec.env = default_environment();
-  test_launch(r, std::move(spec), "test launch of /bin/true");
+  test_launch(r, std::move(spec), "test launch of /bin/true under the default profile");
 }
 
 // What a profile would lose here: the limits it asks for that no cgroup of
@@ -420,7 +422,7 @@ int run_doctor(const DoctorOptions& options, std::ostream& out) {
   check_seccomp(report);
   check_cgroups(report);
   check_host_quotas(report, options);
-  check_rootfs(report, options.rootfs);
+  check_rootfs(report, options.rootfs, options.default_profile);
   const bool defaults_ok = report.ok;
   const std::vector<Profile> profiles = profiles_to_check(options);
   if (!profiles.empty()) {

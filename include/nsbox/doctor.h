@@ -12,6 +12,7 @@ namespace nsbox {
 
 struct DoctorOptions {
   std::string rootfs;             // the tree the default launch uses
+  Profile default_profile;        // what `nsbox run` uses without --profile: the default launch's
   bool rootfs_given = false;      // --rootfs: the profiles' launches use it too
   std::vector<Profile> profiles;  // each also gets what it would lose here
   // The node whose runs the host's per-user quotas must hold: the built-in

@@ -1,4 +1,7 @@
+#include <grp.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -160,6 +163,35 @@ TEST(Doctor, WarnsWhenTheRunsCouldTakeAllOfRootsPendingSignals) {
                        "= 4096 of it"),
             std::string::npos)
       << r.out;
+}
+
+// Run by an ordinary user, every default run is refused (no run cgroup, no
+// capped workspace): doctor's launch is a default run, so it says so and
+// fails, where a bare sandbox's launch once said "nsbox can run here".
+TEST(Doctor, AnOrdinaryUserIsToldThatDefaultRunsAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switches to another user";
+  TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0777), 0);
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0)
+      ::_exit(99);
+    ::setenv("TMPDIR", tmp.path().c_str(), 1);
+    const std::string root = test_rootfs();
+    ::execl(NSBOX_BINARY, "nsbox", "doctor", "--rootfs", root.c_str(), static_cast<char*>(nullptr));
+    ::_exit(98);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  EXPECT_EQ(wait_cli(pid), 1) << text;
+  EXPECT_NE(text.find("FAIL  test launch of /bin/true under the default profile: "), std::string::npos) << text;
+  EXPECT_NE(text.find("nsbox cannot run here with its defaults"), std::string::npos) << text;
 }
 
 TEST(Doctor, MissingRootfsFails) {
