@@ -604,7 +604,12 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
     try {
       cgroup = create_run_cgroup(cgroups_, version, spec.limits.cgroup, next_run_cgroup_name());
     } catch (const SysError& e) {
-      if (!needed.empty() && !spec.limits.best_effort) throw;
+      if (!needed.empty() && !spec.limits.best_effort)
+        throw SysError(e.step(),
+                       e.object() + " (the run's cgroup, for its " + join(needed) +
+                           " limits: nsbox needs to run as root or in a cgroup delegated to its user; "
+                           "limits.enforcement: best-effort runs without them)",
+                       e.err());
       unenforced.insert(needed.begin(), needed.end());
       warnings.push_back(std::string("no cgroup for this run (") + e.what() + ")");
     }

@@ -486,7 +486,7 @@ TEST(Isolation, AnUnprivilegedStrictRunIsRefusedForItsUncappedWorkspace) {
   if (::geteuid() != 0) GTEST_SKIP() << "switches to another user";
   TempDir tmp;
   ASSERT_EQ(::chmod(tmp.path().c_str(), 0777), 0);
-  auto run_as_nobody = [&](bool best_effort, std::string& err) {
+  auto run_as_nobody = [&](bool best_effort, std::string& err, const char* profile = "default") {
     int pipe_fds[2];
     if (::pipe(pipe_fds) != 0) return -1;
     const pid_t pid = ::fork();
@@ -498,10 +498,11 @@ TEST(Isolation, AnUnprivilegedStrictRunIsRefusedForItsUncappedWorkspace) {
       ::setenv("TMPDIR", tmp.path().c_str(), 1);
       const std::string root = test_rootfs();
       if (best_effort)
-        ::execl(NSBOX_BINARY, "nsbox", "run", "--best-effort", "--rootfs", root.c_str(), "--", "true",
-                static_cast<char*>(nullptr));
+        ::execl(NSBOX_BINARY, "nsbox", "run", "--best-effort", "--profile", profile, "--rootfs", root.c_str(), "--",
+                "true", static_cast<char*>(nullptr));
       else
-        ::execl(NSBOX_BINARY, "nsbox", "run", "--rootfs", root.c_str(), "--", "true", static_cast<char*>(nullptr));
+        ::execl(NSBOX_BINARY, "nsbox", "run", "--profile", profile, "--rootfs", root.c_str(), "--", "true",
+                static_cast<char*>(nullptr));
       ::_exit(98);
     }
     ::close(pipe_fds[1]);
@@ -516,6 +517,14 @@ TEST(Isolation, AnUnprivilegedStrictRunIsRefusedForItsUncappedWorkspace) {
   EXPECT_NE(strict_err.find("best-effort"), std::string::npos) << strict_err;
   EXPECT_EQ(run_as_nobody(true, lenient_err), 0) << lenient_err;
   EXPECT_NE(lenient_err.find("workspace size not capped"), std::string::npos) << lenient_err;
+  // strict has no workspace: its run cgroup is what an ordinary user
+  // cannot make, and the refusal says what it was for and what would do.
+  std::string cgroup_err;
+  EXPECT_EQ(run_as_nobody(false, cgroup_err, "strict"), 125);
+  EXPECT_NE(cgroup_err.find("(the run's cgroup, for its cpu, memory, pids limits: nsbox needs to run as root or in a "
+                            "cgroup delegated to its user; limits.enforcement: best-effort runs without them)"),
+            std::string::npos)
+      << cgroup_err;
 }
 
 }  // namespace
