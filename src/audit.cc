@@ -128,7 +128,9 @@ std::vector<json> egress_audit_records(const AuditContext& ctx, const json& r) {
   const json& connections = r["network"].value("connections", json::array());
   for (const auto& c : connections) {
     json j;
-    j["time"] = utc_timestamp();
+    // When the proxy decided, not when the run's end wrote the line.
+    const json& decided = c.contains("time") ? c["time"] : json(nullptr);
+    j["time"] = decided.is_string() && !decided.get_ref<const std::string&>().empty() ? decided : json(utc_timestamp());
     j["event"] = "egress";
     j["run_id"] = ctx.run_id;
     j["tenant"] = ctx.tenant;

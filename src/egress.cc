@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 
+#include "nsbox/audit.h"
 #include "nsbox/error.h"
 
 namespace nsbox {
@@ -482,7 +483,8 @@ class Session {
       return;
     }
     ++s_->requests;
-    r.connections.push_back({protocol, printable_target(target), port, "", EgressVerdict::kDenied, reason, 0, 0});
+    r.connections.push_back(
+        {protocol, printable_target(target), port, "", EgressVerdict::kDenied, reason, 0, 0, utc_timestamp()});
   }
 
   // An HTTP request refused by the parser, named by its request line's
@@ -514,7 +516,8 @@ class Session {
         break;
     }
     d.record = r.connections.size();
-    r.connections.push_back({to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0});
+    r.connections.push_back(
+        {to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0, utc_timestamp()});
     return d;
   }
 

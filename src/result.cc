@@ -40,7 +40,8 @@ nlohmann::ordered_json to_json(const EgressReport& n) {
                                 {"verdict", to_string(c.verdict)},
                                 {"reason", c.reason},
                                 {"bytes_sent", c.bytes_sent},
-                                {"bytes_received", c.bytes_received}});
+                                {"bytes_received", c.bytes_received},
+                                {"time", c.time}});
     if (c.verdict != EgressVerdict::kAllowed)
       j["denials"].push_back(c.host + ":" + std::to_string(c.port) + " " + to_string(c.verdict) + ": " + c.reason);
   }

@@ -37,6 +37,7 @@ struct EgressConnection {
   std::string reason;           // the rule that allowed it, or why it was refused or failed
   uint64_t bytes_sent = 0;      // sandbox -> upstream
   uint64_t bytes_received = 0;  // upstream -> sandbox
+  std::string time;             // of the decision, UTC ("2026-11-30T06:24:01.123Z")
 };
 
 // What the proxy did during one run: the Result's `network` section.

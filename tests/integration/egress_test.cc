@@ -491,7 +491,7 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
   ASSERT_TRUE(node.ready()) << node.log();
   json body = {{"language", "python"},
                {"code",
-                "import urllib.request, urllib.error\n"
+                "import time, urllib.request, urllib.error\n"
                 "def main(args):\n"
                 "    ok = urllib.request.urlopen('http://127.0.0.1:" +
                     p +
@@ -499,18 +499,26 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
                     "    try:\n"
                     "        urllib.request.urlopen('http://169.254.169.254/')\n"
                     "    except urllib.error.HTTPError as e:\n"
+                    "        time.sleep(0.3)\n"
                     "        return [ok, e.code]\n"}};
   const auto [answer, raw] = run_as_acme(node, body);
   EXPECT_EQ(answer["return"], json({"upstream saw: GET /audit HTTP/1.1", 403})) << raw;
   EXPECT_EQ(answer["network"]["denials"].size(), 1u) << raw;
 
   std::vector<json> egress;
+  std::string ended;  // the run line's time
   std::ifstream audit(node.dir() + "/audit.log");
   for (std::string line; std::getline(audit, line);) {
     json j = json::parse(line);
     if (j["event"] == "egress") egress.push_back(j);
+    if (j["event"] == "run") ended = j["time"];
   }
   ASSERT_EQ(egress.size(), 2u);
+  // Each line has the time of its decision (the run went on 0.3 s after
+  // the last), as the result does, not the time the run's end wrote it.
+  EXPECT_LT(egress[1]["time"].get<std::string>(), ended);
+  EXPECT_EQ(egress[1]["time"], answer["network"]["connections"][1]["time"]) << raw;
+  EXPECT_LE(egress[0]["time"].get<std::string>(), egress[1]["time"].get<std::string>());
   EXPECT_EQ(egress[0]["tenant"], "acme");
   EXPECT_EQ(egress[0]["verdict"], "allowed");
   EXPECT_EQ(egress[0]["host"], "127.0.0.1");
