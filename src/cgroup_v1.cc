@@ -186,6 +186,11 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     // memory+swap at the same limit: no swap (present only with swap accounting).
     if (d.has("memory.memsw.limit_in_bytes"))
       d.write("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));
+    // Without swap accounting (no memsw files: swapaccount=0) a run at its
+    // limit would push its pages to swap, uncharged, and grow past it on a
+    // host with swap. Swappiness 0 keeps the cgroup's own reclaim off
+    // anonymous memory: at its limit the run is OOM-killed, as on v2.
+    d.write("memory.swappiness", "0");
     // Socket buffers: v1 charges them to a memory cgroup only once this is
     // set (unset, a run held 574 MiB of TCP buffers on the host under a 64
     // MiB limit), and to a counter of their own, on top of the limit: a

@@ -236,6 +236,26 @@ TEST_F(Cgroups, PreparedSandboxStartsAtItsStartWeightAndRunsAtTheDefault) {
   EXPECT_EQ(r.stdout_data, "go\n");
 }
 
+// A run's memory limit is not memory plus swap: v2 sets memory.swap.max
+// to 0, v1 the cgroup's swappiness (memsw too, where swap is accounted).
+TEST_F(Cgroups, ARunCannotSwapPastItsMemoryLimit) {
+  RunSpec spec = capture_spec({"true"});
+  spec.limits.cgroup.memory_bytes = 64ull << 20;
+  spec.stdin_data = "";
+  auto prepared = launcher().prepare(spec, 1);
+  int checked = 0;
+  for (const auto& dir : run_cgroup_dirs(launcher().cgroup_host())) {
+    for (const char* file : {"memory.swappiness", "memory.swap.max"}) {
+      if (::access((dir + "/" + file).c_str(), F_OK) != 0) continue;
+      EXPECT_EQ(first_line(dir + "/" + file), "0") << dir << "/" << file;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0) << "no swap setting in the run's cgroups";
+  const Result r = prepared->finish("", std::chrono::seconds(10));
+  EXPECT_EQ(r.status, RunStatus::kOk) << r.error;
+}
+
 TEST_F(Cgroups, CpuBandwidthLimitThrottlesABusyLoop) {
   RunSpec spec = capture_spec({"python3", "-c", "while True: pass"});
   spec.limits.cgroup.cpus = 0.25;
