@@ -1247,6 +1247,7 @@ int Node::serve(const sigset_t& signals) {
                cfg->max_concurrent, cfg->queue_depth);
   audit()->write(config_record("node_started", *cfg));
   if (cfg->audit_log.empty()) spdlog::warn("no audit_log in the config: runs and refusals are not audited");
+  for (const auto& w : exposure_warnings(*cfg)) spdlog::warn("{}", w);
   notify_service_manager("READY=1\n" + serving_status(*cfg));
   for (;;) {
     siginfo_t info;

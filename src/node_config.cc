@@ -334,6 +334,34 @@ const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener)
 
 namespace {
 
+bool is_loopback(const std::string& host) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+}  // namespace
+
+std::vector<std::string> exposure_warnings(const NodeConfig& c) {
+  std::vector<std::string> out;
+  bool exposed = false;
+  for (const auto& l : c.listeners) {
+    if (is_loopback(l.host)) continue;
+    exposed = true;
+    if (const TenantConfig* t = c.anonymous_tenant(l))
+      out.push_back("listener " + l.address() + " runs code as tenant " + t->name +
+                    " for anyone who can reach it, without a token");
+  }
+  if (exposed && c.metrics_token.empty())
+    out.push_back(
+        "/metrics answers anyone who can reach a listener that is not loopback (every tenant's figures); "
+        "set metrics.token");
+  return out;
+}
+
+namespace {
+
 // The files a config reads settings or secrets from: itself, its token
 // files and the profiles it names by path.
 std::vector<std::string> files_read_by(const YAML::Node& root, const std::string& file, const std::string& dir) {

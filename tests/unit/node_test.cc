@@ -202,6 +202,23 @@ TEST(NodeConfig, ListenersOnOnePortWithDistinctAddressesAreFine) {
   EXPECT_EQ(c.listeners[3].address(), "[::1]:2") << "one spelling per address";
 }
 
+TEST(NodeConfig, WhatAListenerBeyondLoopbackOpensToAnyoneIsWarnedOf) {
+  const std::string tenants = "default_tenant: public\n" + std::string(kMinimal);
+  EXPECT_TRUE(
+      exposure_warnings(load("listeners:\n  - address: 127.0.0.2:1\n  - address: '[::1]:1'\n" + tenants)).empty())
+      << "loopback only";
+  EXPECT_EQ(exposure_warnings(load("listeners:\n  - address: 0.0.0.0:1\n  - address: 127.0.0.1:2\n" + tenants)),
+            (std::vector<std::string>{"listener 0.0.0.0:1 runs code as tenant public for anyone who can reach it, "
+                                      "without a token",
+                                      "/metrics answers anyone who can reach a listener that is not loopback (every "
+                                      "tenant's figures); set metrics.token"}));
+  EXPECT_TRUE(exposure_warnings(load("listeners:\n  - address: '[::]:1'\n" +
+                                     std::string("tenants:\n  - {name: a, token: a-token-0123456789abcdef, profile: "
+                                                 "default}\nmetrics: {token: metrics-token-0123456789}\n")))
+                  .empty())
+      << "a token is asked for everything";
+}
+
 TEST(NodeConfig, InputThatMadeYamlCppLoopIsRefused) {
   // Found by tests/fuzz: yaml-cpp's LoadAll allocates forever on this.
   std::string e = load_error("  ,- a[dress:,Y}\n.nandefgins: [\"htt[mpleM-k\"]}\n");
