@@ -401,7 +401,7 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
   YAML::Node root = profile_yaml::parse_document(file, text);
   if (!root.IsMap())
     profile_yaml::fail(file, root.Mark(),
-                       "the top level must be a map of node settings, got " + profile_yaml::describe(root));
+                       "the top level must be a map of node settings, got " + profile_yaml::describe_shape(root));
   Field top(file, "", root, root.Mark());
   MapReader map(top, keys_of(""));
   const std::string dir = std::filesystem::path(file).parent_path().string();

@@ -14,6 +14,7 @@ namespace nsbox {
 namespace {
 
 using profile_yaml::describe;
+using profile_yaml::describe_shape;
 using profile_yaml::Field;
 using profile_yaml::MapReader;
 
@@ -230,7 +231,7 @@ Profile load_openjiuwen_config(const std::string& path, const ProfileSearch& sea
   YAML::Node root = profile_yaml::parse_document(path, text);
   Field root_field(path, "", root, root.Mark());
   if (!root.IsMap()) {
-    root_field.fail("the top level must be a map of sandbox_config.yaml keys, got " + describe(root));
+    root_field.fail("the top level must be a map of sandbox_config.yaml keys, got " + describe_shape(root));
   }
   MapReader top(root_field, keys_of(""));
   Profile p = load_profile("default", search);

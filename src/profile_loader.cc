@@ -35,6 +35,7 @@ ProfileError::ProfileError(std::string file, int line, int column, std::string m
 namespace {
 
 using profile_yaml::describe;
+using profile_yaml::describe_shape;
 using profile_yaml::Field;
 using profile_yaml::MapReader;
 using std::chrono::milliseconds;
@@ -130,7 +131,7 @@ std::string checked_name(const Field& f) {
 ParsedFile parse_profile(const std::string& file, const std::string& text) {
   YAML::Node root = profile_yaml::parse_document(file, text);
   if (!root.IsMap()) {
-    profile_yaml::fail(file, root.Mark(), "the top level must be a map of profile keys, got " + describe(root));
+    profile_yaml::fail(file, root.Mark(), "the top level must be a map of profile keys, got " + describe_shape(root));
   }
   ParsedFile parsed{file, MapReader(Field(file, "", root, root.Mark()), keys_of("")), "", {}};
   auto name = parsed.top->get("name");
@@ -350,7 +351,7 @@ void apply_seccomp_file(const Field& f, Draft& d) {
   }
   const YAML::Node root = profile_yaml::parse_document(path, text);
   const Field rules(path, "seccomp", root, root.Mark());  // what the file stands for
-  if (!rules.is_map()) rules.fail("a rule file holds {allow: [...]}, got " + describe(root));
+  if (!rules.is_map()) rules.fail("a rule file holds {allow: [...]}, got " + describe_shape(root));
   apply_seccomp_rules(rules, d);
 }
 

@@ -285,6 +285,19 @@ std::string describe(const YAML::Node& node) {
   return "\"" + v + "\"";
 }
 
+std::string describe_shape(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull() || node.IsMap() || node.IsSequence()) return describe(node);
+  return "a string of " + std::to_string(node.Scalar().size()) + " bytes";
+}
+
+std::string key_for_error(const std::string& key) {
+  const bool name_like = !key.empty() && key.size() <= 64 && std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+  });
+  return name_like ? "'" + key + "'" : "of " + std::to_string(key.size()) + " bytes";
+}
+
 std::string closest(std::string_view word, const std::vector<std::string_view>& candidates) {
   std::string best;
   size_t best_distance = 3;
@@ -471,14 +484,14 @@ void MapReader::read(const std::vector<std::string_view>* known) {
     if (auto it = seen.find(key); it != seen.end()) {
       profile_yaml::fail(
           map.file(), k.Mark(),
-          "duplicate " + where + " '" + key + "'" + in + " (first on line " + std::to_string(it->second) + ")");
+          "duplicate " + where + " " + key_for_error(key) + in + " (first on line " + std::to_string(it->second) + ")");
     }
     seen.emplace(key, one_based(k.Mark().line));
     if (known && std::find(known->begin(), known->end(), key) == known->end()) {
       std::string hint = closest(key, *known);
       profile_yaml::fail(
           map.file(), k.Mark(),
-          "unknown " + where + " '" + key + "'" + in + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+          "unknown " + where + " " + key_for_error(key) + in + (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
     }
     const YAML::Node& v = kv.second;
     std::string path = map.path().empty() ? key : map.path() + "." + key;

@@ -33,6 +33,15 @@ std::string read_file(const std::string& path);
 // "a map", "a list", "nothing", "\"text\"" or "the quoted string \"64\"".
 std::string describe(const YAML::Node& node);
 
+// As describe, but a scalar is only "a string of N bytes": for what a whole
+// file turned out to be, where a file that is no profile (a token file, a
+// password file named by mistake) must not be quoted into an error.
+std::string describe_shape(const YAML::Node& node);
+
+// A key as an error may show it: 'name' when it could be a setting's name,
+// otherwise "of N bytes" (a line of a file that is no profile is no key).
+std::string key_for_error(const std::string& key);
+
 // The shortest decimal that reads back as d ("1", "0.5").
 std::string format_number(double d);
 

@@ -118,6 +118,26 @@ TEST(ProfileTrust, AProfileOthersCouldHaveWrittenIsRefused) {
       << load_error("default", beside_binary);
 }
 
+// A file named as a profile or a rule file by mistake (a token file, a
+// password file) is described, never quoted: its errors reach logs and the
+// node's audit log.
+TEST(ProfileTrust, AFileThatIsNoProfileIsNotQuotedInItsError) {
+  TempDir dir;
+  const std::string token = dir.write("token", "tok-SECRET-0123456789abcdef\n");
+  const std::string shadow = dir.write("shadow", "root:SECRET:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n");
+  const std::string with_rules = dir.write("p.yaml", "name: p\nseccomp: " + shadow + "\n");
+  const std::string with_token = dir.write("q.yaml", "name: q\nseccomp: " + token + "\n");
+  for (const std::string& path : {token, shadow, with_rules, with_token}) {
+    const std::string e = load_error(path, ProfileSearch{});
+    EXPECT_FALSE(e.empty()) << path;
+    EXPECT_EQ(e.find("SECRET"), std::string::npos) << e;
+  }
+  EXPECT_NE(load_error(token, ProfileSearch{}).find("got a string of 27 bytes"), std::string::npos)
+      << load_error(token, ProfileSearch{});
+  EXPECT_NE(load_error(with_rules, ProfileSearch{}).find("unknown key of 29 bytes in seccomp"), std::string::npos)
+      << load_error(with_rules, ProfileSearch{});
+}
+
 // ---- the corpus of broken profiles ----
 
 TEST(BrokenProfiles, EachFailsWithItsExactMessage) {
