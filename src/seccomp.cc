@@ -141,10 +141,12 @@ constexpr std::pair<unsigned long, const char*> kCloneNamespaceFlags[] = {
 };
 
 // Terminal ioctls that push input into, or steer, a terminal the sandbox may
-// share with a user's shell.
+// share with a user's shell; TIOCSETD swaps its line discipline (N_NULL
+// leaves it dead: tcgetattr fails, so neither `stty sane` nor `reset` helps).
 constexpr std::pair<unsigned long, const char*> kDeniedIoctls[] = {
     {TIOCSTI, "TIOCSTI"},
     {TIOCLINUX, "TIOCLINUX"},
+    {TIOCSETD, "TIOCSETD"},
 };
 
 // The socket families a run may use: unix sockets and IP (its network
@@ -514,8 +516,8 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
       std::vector<uint32_t> denied;
       for (const auto& [request, request_name] : kDeniedIoctls) denied.push_back(static_cast<uint32_t>(request));
       allow_low_word_except(ctx.get(), "ioctl", 1, denied);
-      rules.push_back(
-          {"ioctl", "request (its low 32 bits) is not TIOCSTI or TIOCLINUX", "ALLOW", "terminal and device control"});
+      rules.push_back({"ioctl", "request (its low 32 bits) is not TIOCSTI, TIOCLINUX or TIOCSETD", "ALLOW",
+                       "terminal and device control"});
     } else if (name == "socket") {
       add_netlink_refusal(ctx.get());
       rules.push_back({"socket", "family is AF_NETLINK", "EAFNOSUPPORT", kNetlinkReason});

@@ -43,6 +43,7 @@ TerminalModes::TerminalModes() {
     saved.fd.reset(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
     if (!saved.fd || ::tcgetattr(saved.fd.get(), &saved.modes) != 0) continue;
     if (::ioctl(saved.fd.get(), TIOCGEXCL, &saved.exclusive) != 0) saved.exclusive = 0;
+    if (::ioctl(saved.fd.get(), TIOCGETD, &saved.discipline) != 0) saved.discipline = N_TTY;
     seen.push_back(device);
     saved_.push_back(std::move(saved));
   }
@@ -51,13 +52,19 @@ TerminalModes::TerminalModes() {
 void TerminalModes::restore() {
   for (Saved& saved : saved_) {
     const int fd = saved.fd.get();
-    if (in_background_of(fd)) continue;
-    termios now{};
-    if (::tcgetattr(fd, &now) == 0 && !same_modes(now, saved.modes)) ::tcsetattr(fd, TCSANOW, &saved.modes);
+    // What leaves the terminal unusable is undone whoever is in front:
+    // another discipline (its modes cannot even be read), exclusive mode,
+    // stopped output (every later write to it would wait, the shell's too).
+    int discipline = N_TTY;
+    if (::ioctl(fd, TIOCGETD, &discipline) == 0 && discipline != saved.discipline)
+      ::ioctl(fd, TIOCSETD, &saved.discipline);
     int exclusive = 0;
     if (::ioctl(fd, TIOCGEXCL, &exclusive) == 0 && exclusive != saved.exclusive)
       ::ioctl(fd, saved.exclusive ? TIOCEXCL : TIOCNXCL);
-    ::tcflow(fd, TCOON);  // a run's TCOOFF would hold every later write to it
+    ::tcflow(fd, TCOON);
+    if (in_background_of(fd)) continue;
+    termios now{};
+    if (::tcgetattr(fd, &now) == 0 && !same_modes(now, saved.modes)) ::tcsetattr(fd, TCSANOW, &saved.modes);
   }
   saved_.clear();
 }

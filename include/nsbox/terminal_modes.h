@@ -1,9 +1,12 @@
 // `nsbox run` hands a terminal to the run as its stdout or stderr (open for
 // writing only). A run may still change that terminal for good through it:
 // its modes (echo off, raw mode), exclusive mode (TIOCEXCL: every later
-// open of it by the operator's programs fails with EBUSY) and stopped output
-// (tcflow TCOOFF). TerminalModes saves them for each terminal among fds 0,
-// 1 and 2 before the run and puts back what the run changed after it.
+// open of it by the operator's programs fails with EBUSY), stopped output
+// (tcflow TCOOFF) and its line discipline (seccomp refuses TIOCSETD; this
+// is the second line). TerminalModes saves them for each terminal among
+// fds 0, 1 and 2 before the run and puts back what the run changed after
+// it. The window size is not saved: a resize during the run is the
+// operator's.
 #pragma once
 
 #include <termios.h>
@@ -22,9 +25,10 @@ class TerminalModes {
   TerminalModes(const TerminalModes&) = delete;
   TerminalModes& operator=(const TerminalModes&) = delete;
 
-  // Puts back each saved terminal's modes and exclusive mode, and restarts
-  // its output. Skipped for a terminal of which nsbox is then a background
-  // job: the foreground job owns its modes by then. Once only.
+  // Puts back each saved terminal's line discipline and exclusive mode, and
+  // restarts its output; then its modes, unless nsbox is then a background
+  // job of that terminal (the foreground job owns its modes by then).
+  // Once only.
   void restore();
 
  private:
@@ -32,6 +36,7 @@ class TerminalModes {
     UniqueFd fd;  // our own descriptor of it, for after the relay put the caller's back
     termios modes{};
     int exclusive = 0;
+    int discipline = 0;  // N_TTY
   };
   std::vector<Saved> saved_;
 };

@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -297,39 +298,80 @@ TEST(Isolation, StdinFilesMoveByWhatTheRunReadAndATerminalIsRelayed) {
   EXPECT_EQ(slurp(probe), "True 9\n") << "isatty(1), then read(1)'s errno: EBADF";
 }
 
-// What a run changes on the caller's terminal through its stdout (modes,
-// exclusive mode, stopped output) does not outlast the run.
-TEST(Isolation, ARunsChangesToTheCallersTerminalAreUndoneAfterIt) {
-  TempDir dir;
-  int master = -1, slave = -1;
-  ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
-  UniqueFd master_fd(master), slave_fd(slave);
-  termios before{};
-  ASSERT_EQ(::tcgetattr(slave, &before), 0);
-  ASSERT_TRUE(before.c_lflag & ECHO);
-  const std::string probe = dir.path() + "/probe";
-  UniqueFd probe_fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
-  EXPECT_EQ(run_cli_on_fds({"run", "--", "python3", "-c", R"(import fcntl, sys, termios, tty
-tty.setraw(1)  # then TIOCEXCL, TCOOFF; 0x80045440 is TIOCGEXCL
+// A run that spoils the terminal it writes to: raw mode, exclusive mode,
+// output stopped, another line discipline (N_NULL). It reports the echo
+// flag, exclusive mode and TIOCSETD's errno on stderr.
+const char* kTerminalSpoiler = R"(import ctypes, fcntl, sys, termios, tty
+tty.setraw(1)
 fcntl.ioctl(1, termios.TIOCEXCL)
 termios.tcflow(1, termios.TCOOFF)
+try:
+    fcntl.ioctl(1, termios.TIOCSETD, ctypes.c_int(27))
+    setd = 0
+except OSError as e:
+    setd = e.errno
 a = termios.tcgetattr(1)
-sys.stderr.write('echo %d excl %d\n' % (a[3] & termios.ECHO, fcntl.ioctl(1, 0x80045440, b'0000')[0])))"},
-                           -1, slave, probe_fd.get()),
-            0);
-  EXPECT_EQ(slurp(probe), "echo 0 excl 1\n") << "the run changed the terminal (so the test can fail)";
-  termios after{};
-  ASSERT_EQ(::tcgetattr(slave, &after), 0);
-  EXPECT_EQ(after.c_lflag, before.c_lflag) << "echo, canonical mode";
-  EXPECT_EQ(after.c_iflag, before.c_iflag);
-  EXPECT_EQ(after.c_oflag, before.c_oflag);
-  int exclusive = -1;
-  ASSERT_EQ(::ioctl(slave, TIOCGEXCL, &exclusive), 0);
-  EXPECT_EQ(exclusive, 0) << "the operator's later opens of the terminal would fail";
-  ASSERT_EQ(::fcntl(slave, F_SETFL, O_NONBLOCK), 0);  // a stopped terminal's write would wait for good
-  EXPECT_EQ(::write(slave, "after\n", 6), 6) << "the terminal's output stayed stopped";
-  pollfd p{master, POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the terminal's output stayed stopped";
+sys.stderr.write('echo %d excl %d setd %d\n' % (a[3] & termios.ECHO, fcntl.ioctl(1, 0x80045440, b'0000')[0], setd)))";
+
+// Runs the spoiler with stdout on the pty slave; in the background: nsbox
+// in a process group of its own, while the group of a session whose
+// controlling terminal is the slave is in the foreground.
+int spoil_terminal(int slave, int err, bool background) {
+  if (!background) return run_cli_on_fds({"run", "--", "python3", "-c", kTerminalSpoiler}, -1, slave, err);
+  const pid_t session = ::fork();
+  if (session == 0) {
+    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) ::_exit(97);
+    const pid_t job = ::fork();
+    if (job == 0) {
+      ::setpgid(0, 0);
+      ::dup2(slave, 1);
+      ::dup2(err, 2);
+      ::execl(NSBOX_BINARY, "nsbox", "run", "--", "python3", "-c", kTerminalSpoiler, static_cast<char*>(nullptr));
+      ::_exit(98);
+    }
+    int status = 0;
+    ::waitpid(job, &status, 0);
+    ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 99);
+  }
+  return wait_cli(session);
+}
+
+// What a run changes on the caller's terminal through its stdout does not
+// outlast the run: its modes when nsbox is in the foreground; what leaves
+// the terminal unusable (exclusive mode, stopped output, the line
+// discipline, which seccomp refuses first) in any case.
+TEST(Isolation, ARunsChangesToTheCallersTerminalAreUndoneAfterIt) {
+  for (const bool background : {false, true}) {
+    SCOPED_TRACE(background ? "nsbox in the background" : "nsbox in the foreground");
+    TempDir dir;
+    int master = -1, slave = -1;
+    ASSERT_EQ(::openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+    UniqueFd master_fd(master), slave_fd(slave);
+    termios before{};
+    ASSERT_EQ(::tcgetattr(slave, &before), 0);
+    ASSERT_TRUE(before.c_lflag & ECHO);
+    const std::string probe = dir.path() + "/probe";
+    UniqueFd probe_fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    EXPECT_EQ(spoil_terminal(slave, probe_fd.get(), background), 0);
+    EXPECT_EQ(slurp(probe), "echo 0 excl 1 setd 1\n") << "the run changed the terminal; TIOCSETD: EPERM";
+    int discipline = -1;
+    ASSERT_EQ(::ioctl(slave, TIOCGETD, &discipline), 0);
+    EXPECT_EQ(discipline, N_TTY);
+    termios after{};
+    ASSERT_EQ(::tcgetattr(slave, &after), 0);
+    if (!background) {
+      EXPECT_EQ(after.c_lflag, before.c_lflag) << "echo, canonical mode";
+      EXPECT_EQ(after.c_iflag, before.c_iflag);
+      EXPECT_EQ(after.c_oflag, before.c_oflag);
+    }
+    int exclusive = -1;
+    ASSERT_EQ(::ioctl(slave, TIOCGEXCL, &exclusive), 0);
+    EXPECT_EQ(exclusive, 0) << "the operator's later opens of the terminal would fail";
+    ASSERT_EQ(::fcntl(slave, F_SETFL, O_NONBLOCK), 0);  // a stopped terminal's write would wait for good
+    EXPECT_EQ(::write(slave, "after\n", 6), 6) << "the terminal's output stayed stopped";
+    pollfd p{master, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 5000), 1) << "the terminal's output stayed stopped";
+  }
 }
 
 TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {

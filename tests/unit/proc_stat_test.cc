@@ -48,6 +48,8 @@ class NamedChild {
 TEST(ProcStat, FieldsAreCountedFromTheLastParenthesisOfTheName) {
   NamedChild child(") S 1 1 1 (");
   ASSERT_GT(child.pid(), 0);
+  // Running ("R") between its write and pause(); asleep ("S") after.
+  for (int i = 0; i < 500 && proc_stat_field(child.pid(), 3) != "S"; ++i) ::usleep(10000);
   EXPECT_EQ(proc_stat_field(child.pid(), 3), "S");
   EXPECT_EQ(proc_stat_field(child.pid(), 4), std::to_string(::getpid()));
   EXPECT_EQ(proc_stat_field(child.pid(), 6), std::to_string(child.pid())) << "its own session";
