@@ -150,6 +150,7 @@ json refusal_record(const RefusalContext& ctx) {
   j["method"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.method));  // none: cut before its head was read
   j["path"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.path));
   j["tenant"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.tenant);
+  j["credential"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.by_token ? "token" : "listener");
   j["status"] = ctx.status;
   j["reason"] = ctx.reason;
   j["message"] = cut(ctx.message);
@@ -244,9 +245,12 @@ bool AuditLog::write(const json& record) {
 
 void AuditLog::refused(const json& record, RefusalBudget::Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // Only a token names the tenant for the budget: a listener's anonymous
+  // tenant is whoever reaches it, counted by address.
+  const bool by_token = record.value("credential", json(nullptr)) == "token";
   const json& tenant = record.contains("tenant") ? record["tenant"] : json(nullptr);
   if (!refusals_.take(now, record.value("client", ""), record.value("reason", ""),
-                      tenant.is_string() ? tenant.get<std::string>() : ""))
+                      by_token && tenant.is_string() ? tenant.get<std::string>() : ""))
     return;
   write_suppressed_locked();
   write_locked(record);

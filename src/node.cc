@@ -606,8 +606,10 @@ void Node::audit_refusal(const httplib::Request& req, const TenantConfig* tenant
   // Refused before it was authenticated (a body too large, an origin not
   // allowed): a valid token still says whose credentials were used.
   const auto cfg = config();
-  if (!tenant) tenant = tenant_of_bearer(*cfg, req);
+  const TenantConfig* by_token = tenant_of_bearer(*cfg, req);
+  if (!tenant) tenant = by_token;
   if (tenant) ctx.tenant = tenant->name;
+  ctx.by_token = tenant && tenant == by_token;
   ctx.status = status;
   ctx.reason = reason;
   ctx.message = message;

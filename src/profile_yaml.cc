@@ -257,17 +257,23 @@ std::string read_file(const std::string& path) {
   // a binary in /tmp, say) is refused, not obeyed.
   if (std::string why = untrusted_because(st, false); !why.empty())
     throw ProfileError(path, 0, 0, "not trusted: " + why);
+  // Its directory, and the directory of the name it was given by (a link
+  // in a directory others may write is theirs to point anywhere); a
+  // directory that cannot be told is refused, not skipped.
   char real[PATH_MAX];
   const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
   const ssize_t n = ::readlink(self.c_str(), real, sizeof real - 1);
-  if (n > 0) {
-    real[n] = '\0';
-    const std::string dir = std::filesystem::path(real).parent_path().string();
+  if (n <= 0 || real[0] != '/')
+    throw ProfileError(path, 0, 0, "not trusted: cannot tell which directory holds it (" + self + ")");
+  real[n] = '\0';
+  const std::string named_dir = std::filesystem::path(path).parent_path().string();
+  for (const std::string& dir :
+       {std::filesystem::path(real).parent_path().string(), named_dir.empty() ? std::string(".") : named_dir}) {
     struct stat dst {};
-    if (::stat(dir.c_str(), &dst) == 0) {
-      if (std::string why = untrusted_because(dst, true); !why.empty())
-        throw ProfileError(path, 0, 0, "not trusted: its directory " + dir + " is " + why);
-    }
+    if (::stat(dir.c_str(), &dst) != 0)
+      throw ProfileError(path, 0, 0, "not trusted: its directory " + dir + ": " + std::strerror(errno));
+    if (std::string why = untrusted_because(dst, true); !why.empty())
+      throw ProfileError(path, 0, 0, "not trusted: its directory " + dir + " is " + why);
   }
   std::string text(static_cast<size_t>(st.st_size), '\0');
   const size_t got = read_full(fd.get(), text.data(), text.size());

@@ -65,17 +65,18 @@ struct RefusalContext {
   std::string client;  // the peer address
   std::string method;
   std::string path;
-  std::string tenant;  // empty: not (yet) authenticated
+  std::string tenant;     // empty: not (yet) authenticated
+  bool by_token = false;  // the tenant by its token, not as a listener's anonymous tenant
   int status = 0;
   std::string reason;   // as in nsbox_rejected_requests_total
   std::string message;  // what the client was told
 };
 
 // {"time", "event": "refused", "client", "method", "path", "tenant",
-//  "status", "reason", "message"}; tenant is null when the request was not
-//  authenticated; method, path and message are cut at kAuditFieldMax bytes
-//  (a message may echo what the client sent). Never a header's value: a
-//  wrong token stays out of the log.
+//  "credential", "status", "reason", "message"}; tenant is null when the
+//  request was not authenticated, credential "token" (the tenant's token
+//  was sent), "listener" (the listener's anonymous tenant) or null; method, path and message are cut at kAuditFieldMax
+//  bytes (a message may echo what the client sent). Never a header's value: a wrong token stays out of the log.
 nlohmann::ordered_json refusal_record(const RefusalContext& ctx);
 inline constexpr size_t kAuditFieldMax = 256;
 // Artifacts a run record lists; the rest are counted in artifacts_unlisted.
@@ -84,10 +85,11 @@ inline constexpr size_t kAuditArtifactsListed = 256;
 // How many refusal lines one second of the audit log may hold: anyone who
 // reaches a listener can be refused, and must not be able to fill the disk;
 // and of those how many one client may take, so that one client's flood
-// leaves room for the others' refusals. Refusals of an authenticated
-// tenant have a second budget of their own, shared out by tenant, not by
-// address (behind a gateway every request has one address): a flood of
-// anonymous requests cannot take the lines that name a tenant.
+// leaves room for the others' refusals. Refusals of requests that sent a
+// tenant's token have a second budget of their own, shared out by tenant,
+// not by address (behind a gateway every request has one address): a flood
+// of requests without a token cannot take the lines that name a tenant
+// (anonymous requests a listener runs as its tenant count by address).
 inline constexpr unsigned kRefusalLinesPerSecond = 20;
 inline constexpr unsigned kRefusalLinesPerClientPerSecond = 5;
 // Clients (and tenants) named in one refusals_suppressed line; the rest are counted.

@@ -751,6 +751,43 @@ std::vector<json> audit_lines(const std::string& path) {
   return out;
 }
 
+// A listener's anonymous tenant is whoever reaches the listener: its
+// refusals count by address, so one client cannot spend the lines of the
+// tenant's token holders; a token's refusals count by tenant.
+TEST(Audit, OnlyATokenNamesTheTenantARefusalIsBudgetedAs) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("nsbox-audit-credential-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(path);
+  const auto t0 = RefusalBudget::Clock::now();
+  RefusalContext ctx{.client = "10.0.0.1",
+                     .method = "POST",
+                     .path = "/run",
+                     .tenant = "acme",
+                     .by_token = false,
+                     .status = 400,
+                     .reason = "bad_request",
+                     .message = "bad"};
+  {
+    AuditLog log(path);
+    for (int i = 0; i < 10; ++i) log.refused(refusal_record(ctx), t0);  // anonymous, on acme's listener
+    ctx.by_token = true;
+    for (int i = 0; i < 3; ++i) log.refused(refusal_record(ctx), t0);  // acme's token, the same address
+  }
+  const std::vector<json> lines = audit_lines(path);
+  std::filesystem::remove(path);
+  size_t listener = 0, token = 0;
+  json suppressed;
+  for (const auto& l : lines) {
+    if (l["event"] == "refusals_suppressed") suppressed = l;
+    if (l["event"] == "refused") (l["credential"] == "token" ? token : listener) += 1;
+  }
+  EXPECT_EQ(listener, kRefusalLinesPerClientPerSecond) << "one address's share";
+  EXPECT_EQ(token, 3u) << "the token holder's refusals are still named";
+  ASSERT_TRUE(suppressed.is_object());
+  EXPECT_EQ(suppressed["count"], 10 - kRefusalLinesPerClientPerSecond);
+  EXPECT_EQ(suppressed["by_tenant"], json::object()) << "the listener's are counted by address";
+}
+
 TEST(Audit, AFloodOfRefusalsIsSaidInOneCountedLineBeforeTheNextLineAndAtClose) {
   using namespace std::chrono_literals;
   const std::string path =

@@ -112,6 +112,15 @@ TEST(ProfileTrust, AProfileOthersCouldHaveWrittenIsRefused) {
   EXPECT_EQ(load_error("default", beside_binary), "");
   ASSERT_EQ(::chmod(profiles.c_str(), 0755), 0);
   EXPECT_EQ(load_profile("default", beside_binary).limits.memory, 1ull << 40) << "trusted: used";
+  // A link in a directory others may write points wherever they like.
+  const std::string open_dir = dir.path() + "/open";
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  ASSERT_EQ(::symlink(planted.c_str(), (open_dir + "/link.yaml").c_str()), 0);
+  EXPECT_NE(load_error(open_dir + "/link.yaml", ProfileSearch{})
+                .find("not trusted: its directory " + open_dir + " is writable by group or others"),
+            std::string::npos)
+      << load_error(open_dir + "/link.yaml", ProfileSearch{});
   if (::geteuid() != 0) GTEST_SKIP() << "the owner check needs root to give the file away";
   ASSERT_EQ(::chown(planted.c_str(), 65534, 65534), 0);
   EXPECT_NE(load_error("default", beside_binary).find("not trusted: owned by uid 65534"), std::string::npos)
