@@ -282,7 +282,7 @@ void AuditLog::take_lost_from(AuditLog& previous) {
 
 std::string AuditLog::failure() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return lost_ == 0 ? std::string() : std::strerror(last_errno_);
+  return lost_ == 0 && !failing_ ? std::string() : std::strerror(last_errno_);
 }
 
 void AuditLog::write_suppressed_locked() {
@@ -320,8 +320,9 @@ bool AuditLog::append_locked(std::string line) {
     try {
       fd_ = open_audit_file(path_);
     } catch (const std::exception& e) {
+      last_errno_ = errno ? errno : EIO;  // open's, before anything else can change it
       if (lost_ == 0) spdlog::error("{}: records are lost until it can be written", e.what());
-      last_errno_ = errno ? errno : EIO;
+      failing_ = true;
       return false;
     }
     spdlog::warn("audit log {} was deleted; made anew", path_);
@@ -352,6 +353,7 @@ bool AuditLog::append_locked(std::string line) {
     if (lost_ == 0)
       spdlog::error("audit log {}: {}: records are lost until it can be written", path_, std::strerror(err));
     last_errno_ = err;
+    failing_ = true;
     if (done > 0) line_cut_ = text[done - 1] != '\n';
     if (done >= said_before_line) lost_ = 0;  // that much is said; not twice
     return false;
@@ -359,6 +361,7 @@ bool AuditLog::append_locked(std::string line) {
   if (lost_ > 0) spdlog::warn("audit log {}: written again after {} records were lost", path_, lost_);
   line_cut_ = false;
   lost_ = 0;
+  failing_ = false;
   return true;
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "nsbox/api.h"
 #include "nsbox/cgroup.h"
@@ -477,12 +478,27 @@ int cli_main(int argc, char** argv) {
                        std::cerr);
     if (*doctor) {
       DoctorOptions options{.rootfs = doctor_rootfs,
-                            .default_profile = load_profile_or_explain("default"),
+                            .default_profile = std::nullopt,
+                            .default_profile_error = "",
                             .rootfs_given = doctor->count("--rootfs") > 0,
                             .profiles = {},
-                            .node = load_node_config_or_explain(doctor_config),
+                            .node = {},
                             .node_given = !doctor_config.empty()};
+      if (options.node_given) {
+        options.node = load_node_config_or_explain(doctor_config);
+      } else {
+        try {  // the built-in node runs the default profile, whose failure is reported below
+          options.node = load_node_config_or_explain("");
+        } catch (const UsageError&) {
+          options.node.max_concurrent = std::max(1u, std::thread::hardware_concurrency());
+        }
+      }
       for (const auto& name : doctor_profiles) options.profiles.push_back(load_profile_or_explain(name));
+      try {  // a default that does not load is a finding of doctor's, not a bad command line
+        options.default_profile = load_profile_or_explain("default");
+      } catch (const UsageError& e) {
+        options.default_profile_error = e.what();
+      }
       return run_doctor(options, std::cout);
     }
   } catch (const UsageError& e) {

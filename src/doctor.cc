@@ -333,7 +333,8 @@ void test_launch(Report& r, RunSpec spec, const std::string& what) {
   }
 }
 
-void check_rootfs(Report& r, const std::string& rootfs, const Profile& default_profile) {
+void check_rootfs(Report& r, const std::string& rootfs, const std::optional<Profile>& default_profile,
+                  const std::string& default_profile_error) {
   r.out << "rootfs\n";
   struct stat st {};
   if (::stat(rootfs.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -362,7 +363,8 @@ void check_rootfs(Report& r, const std::string& rootfs, const Profile& default_p
   // limits, its workspace) and run /bin/true in it. A bare sandbox could
   // start where every default run is refused (an ordinary user cannot make
   // the run's cgroup or cap its workspace).
-  RunSpec spec = spec_from_profile(default_profile);
+  if (!default_profile) return r.line(false, true, "default profile", default_profile_error);
+  RunSpec spec = spec_from_profile(*default_profile);
   spec.rootfs = rootfs;
   test_launch(r, std::move(spec), "test launch of /bin/true under the default profile");
 }
@@ -422,7 +424,7 @@ int run_doctor(const DoctorOptions& options, std::ostream& out) {
   check_seccomp(report);
   check_cgroups(report);
   check_host_quotas(report, options);
-  check_rootfs(report, options.rootfs, options.default_profile);
+  check_rootfs(report, options.rootfs, options.default_profile, options.default_profile_error);
   const bool defaults_ok = report.ok;
   const std::vector<Profile> profiles = profiles_to_check(options);
   if (!profiles.empty()) {

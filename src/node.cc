@@ -1097,7 +1097,7 @@ json config_record(const char* event, const NodeConfig& c) {
   j["pid"] = ::getpid();
   std::error_code ec;
   const auto absolute = std::filesystem::absolute(c.source, ec);
-  j["config"] = c.source.front() == '<' || ec ? c.source : absolute.lexically_normal().string();
+  j["config"] = c.source.empty() || c.source.front() == '<' || ec ? c.source : absolute.lexically_normal().string();
   json tenants = json::array();
   for (const auto& t : c.tenants)
     tenants.push_back({{"name", t.name},

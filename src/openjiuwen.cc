@@ -4,6 +4,7 @@
 // honour (a shared namespace, a device mount, an unknown bwrap option) is
 // refused with the position, never dropped silently.
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -120,6 +121,17 @@ const std::set<std::string> kRootfsProvided = {
 };
 // clang-format on
 
+// The host's programs, libraries and settings: /usr, /etc, /boot and the
+// top-level program and library directories, and anything below them.
+bool is_host_system_path(const std::string& path) {
+  const std::string clean = std::filesystem::path(path).lexically_normal().string();
+  for (const char* top : {"/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}) {
+    const std::string t = top;
+    if (clean == t || clean.rfind(t + "/", 0) == 0) return true;
+  }
+  return clean == "/";
+}
+
 bool is_provided_device(const std::string& src, const std::string& dst) {
   return src == dst && kProvidedDevices.count(dst) > 0;
 }
@@ -156,12 +168,11 @@ void migrate_mounts(const Field& f, Profile& p) {
     auto [it, fresh] = seen.emplace(mount.target, item.path());
     if (!fresh) dst->fail("duplicate mount target " + mount.target + " (also " + it->second + ")");
     if (how == "read" && src->string() == dst->string() && kRootfsProvided.count(mount.target)) continue;
-    // Writable, it is no longer a way to find the runtimes: every run could
-    // change the host's programs or libraries there.
-    if (how == "write" && kRootfsProvided.count(mount.target))
-      mode->fail("mode write over " + mount.target +
-                 ", which nsbox's rootfs provides: runs could change the host's files there (a read mount of it "
-                 "is dropped; give a directory of its own for data)");
+    // A writable bind of the host's system files, wherever it goes, lets
+    // every run change them (as far as the sandbox user may).
+    if (how == "write" && is_host_system_path(src->string()))
+      mode->fail("mode write of " + src->string() +
+                 ", the host's system files: runs could change them (give a directory of its own for data)");
     mount.source = src->host_source();
     mount.mode = how == "read" ? MountMode::kReadOnly : MountMode::kReadWrite;
     check_not_reserved(*dst, mount.target, p);

@@ -190,6 +190,7 @@ class AuditLog {
   bool line_cut_ = false;  // the file ends inside a line a failed write began
   uint64_t lost_ = 0;      // records not written since the last that was
   int last_errno_ = 0;     // of the failure that lost them
+  bool failing_ = false;   // the last attempt to write failed
   static inline std::atomic<uint64_t> lost_in_process_{0};
 };
 

@@ -1,6 +1,7 @@
 // `nsbox doctor`: what this host supports and what nsbox would lose here.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -11,8 +12,11 @@
 namespace nsbox {
 
 struct DoctorOptions {
-  std::string rootfs;             // the tree the default launch uses
-  Profile default_profile;        // what `nsbox run` uses without --profile: the default launch's
+  std::string rootfs;  // the tree the default launch uses
+  // What `nsbox run` uses without --profile: the default launch's; unset
+  // when it does not load, and why in default_profile_error (a FAIL line).
+  std::optional<Profile> default_profile;
+  std::string default_profile_error;
   bool rootfs_given = false;      // --rootfs: the profiles' launches use it too
   std::vector<Profile> profiles;  // each also gets what it would lose here
   // The node whose runs the host's per-user quotas must hold: the built-in

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "fixture.h"
 
@@ -192,6 +193,24 @@ TEST(Doctor, AnOrdinaryUserIsToldThatDefaultRunsAreRefused) {
   EXPECT_EQ(wait_cli(pid), 1) << text;
   EXPECT_NE(text.find("FAIL  test launch of /bin/true under the default profile: "), std::string::npos) << text;
   EXPECT_NE(text.find("nsbox cannot run here with its defaults"), std::string::npos) << text;
+}
+
+// A default profile that does not load is doctor's finding, reported with
+// the rest of the host, not a bad command line that hides the report.
+TEST(Doctor, ADefaultProfileThatDoesNotLoadIsAFailLine) {
+  TempDir dir;
+  const std::string bin = dir.path() + "/bin";
+  ASSERT_EQ(::mkdir(bin.c_str(), 0755), 0);
+  std::filesystem::copy_file(NSBOX_BINARY, bin + "/nsbox");
+  ASSERT_EQ(::mkdir((dir.path() + "/profiles").c_str(), 0755), 0);
+  const std::string planted = dir.write("profiles/default.yaml", "name: default\n");
+  ASSERT_EQ(::chmod(planted.c_str(), 0666), 0);
+  CliResult r = run_cli_with_binary(bin + "/nsbox", {"doctor", "--rootfs", test_rootfs()});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL  default profile: profile " + planted + ": not trusted: writable by group or others"),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(r.out.find("ok    seccomp"), std::string::npos) << "the rest of the report is there\n" << r.out;
 }
 
 TEST(Doctor, MissingRootfsFails) {

@@ -62,9 +62,8 @@ std::string read_fd(int fd) {
   return out;
 }
 
-pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd) {
+pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd, std::string binary = NSBOX_BINARY) {
   std::vector<char*> argv;
-  std::string binary = NSBOX_BINARY;
   argv.push_back(binary.data());
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -87,11 +86,13 @@ int wait_cli(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-CliResult run_cli(const std::vector<std::string>& args) {
+CliResult run_cli(const std::vector<std::string>& args) { return run_cli_with_binary(NSBOX_BINARY, args); }
+
+CliResult run_cli_with_binary(const std::string& binary, const std::vector<std::string>& args) {
   int out[2], err[2];
   EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
   EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
-  pid_t pid = spawn(args, out[1], err[1]);
+  pid_t pid = spawn(args, out[1], err[1], binary);
   ::close(out[1]);
   ::close(err[1]);
   // Read stderr on a thread so neither pipe can fill up and block the child.

@@ -41,6 +41,8 @@ struct CliResult {
   std::string err;
 };
 CliResult run_cli(const std::vector<std::string>& args);
+// The same with another copy of nsbox (one that finds other profiles beside it).
+CliResult run_cli_with_binary(const std::string& binary, const std::vector<std::string>& args);
 
 // Starts the nsbox binary in the background; returns its pid.
 pid_t spawn_cli(const std::vector<std::string>& args);

@@ -916,6 +916,7 @@ TEST(Audit, ALogDeletedUnderTheNodeIsMadeAnewAndSaysSoAndAGoneDirectoryStopsRuns
 
     std::filesystem::remove_all(dir);  // nowhere to make it: nothing may run unaudited
     EXPECT_FALSE(log.writable());
+    EXPECT_EQ(log.failure(), std::strerror(ENOENT)) << "said, for the refusals and /health";
     EXPECT_FALSE(log.write(json{{"event", "lost"}}));
     EXPECT_FALSE(log.failure().empty());
   }
