@@ -830,6 +830,16 @@ TEST(Audit, AFloodOfRefusalsIsSaidInOneCountedLineBeforeTheNextLineAndAtClose) {
   EXPECT_EQ(refused, 2 * kRefusalLinesPerSecond);
 }
 
+// Makes files this process writes stop at bytes, as a full disk would
+// (EFBIG, not SIGXFSZ); was gets the limit to put back.
+bool limit_file_size(rlim_t bytes, rlimit* was) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  ::getrlimit(RLIMIT_FSIZE, was);
+  rlimit small = *was;
+  small.rlim_cur = bytes;
+  return ::setrlimit(RLIMIT_FSIZE, &small) == 0;
+}
+
 // A file that stops taking writes (here RLIMIT_FSIZE, as a full disk
 // would): each record it refuses is counted, a line it cut is ended, and
 // the first line written again says how many were lost and why.
@@ -841,12 +851,8 @@ TEST(Audit, RecordsAFullFileRefusesAreCountedAndSaidOnceItTakesThemAgain) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
     rlimit was{};
-    ::getrlimit(RLIMIT_FSIZE, &was);
-    rlimit small = was;
-    small.rlim_cur = 1000;  // three lines and a third
-    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(10);
+    if (!limit_file_size(1000, &was)) ::_exit(10);  // three lines and a third
     AuditLog log(path);
     const uint64_t lost_before = AuditLog::records_lost_in_process();
     for (int i = 0; i < 10; ++i) log.write(record);
@@ -934,12 +940,8 @@ TEST(Audit, RecordsLostBeforeAReloadAreSaidByTheNewLog) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
     rlimit was{};
-    ::getrlimit(RLIMIT_FSIZE, &was);
-    rlimit small = was;
-    small.rlim_cur = 100;
-    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(10);
+    if (!limit_file_size(100, &was)) ::_exit(10);
     auto old_log = std::make_unique<AuditLog>(full);
     for (int i = 0; i < 3; ++i) old_log->write(json{{"event", "run"}, {"pad", std::string(200, 'x')}});
     if (old_log->writable()) ::_exit(11);
