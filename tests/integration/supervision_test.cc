@@ -142,8 +142,14 @@ TEST(Supervision, ALoopOfRefusedCallsCostsTheSupervisorLittleCpu) {
   const long after = thread_cpu_ms();
   ASSERT_EQ(r.status, RunStatus::kTimeout) << r.error;
   ASSERT_GT(r.denied_syscalls["ptrace"], 100u) << "the loop did not run";
+  // The pace itself (AnswerPace: a burst of 256, then 1.6 a millisecond),
+  // which holds at any speed of the machine.
+  EXPECT_LE(r.denied_syscalls["ptrace"], 256 + 1.6 * r.wall_ms + 64) << "answered faster than the pace";
+  // What it costs: under emulation (the cgroup v2 guest) each answer is
+  // dear and the guest's CPU clock runs on while the host runs others.
   const long supervisor_ms = after - before;
-  EXPECT_LT(supervisor_ms, r.wall_ms / 4) << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
+  EXPECT_LT(supervisor_ms, r.wall_ms / (in_vm_guest() ? 2 : 4))
+      << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
 }
 
 TEST(Supervision, OutputCapIsConfigurable) {
