@@ -145,11 +145,12 @@ TEST(Supervision, ALoopOfRefusedCallsCostsTheSupervisorLittleCpu) {
   // The pace itself (AnswerPace: a burst of 256, then 1.6 a millisecond),
   // which holds at any speed of the machine.
   EXPECT_LE(r.denied_syscalls["ptrace"], 256 + 1.6 * r.wall_ms + 64) << "answered faster than the pace";
-  // What it costs: under emulation (the cgroup v2 guest) each answer is
-  // dear and the guest's CPU clock runs on while the host runs others.
+  // What it costs, on real hardware only: in the cgroup v2 guest (TCG
+  // emulation) one answer costs about 0.35 ms of the guest's CPU, so the
+  // pace's 1.6 a millisecond alone took 1.3-1.7 s of a 3 s run there.
+  if (in_vm_guest()) return;
   const long supervisor_ms = after - before;
-  EXPECT_LT(supervisor_ms, r.wall_ms / (in_vm_guest() ? 2 : 4))
-      << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
+  EXPECT_LT(supervisor_ms, r.wall_ms / 4) << "ms of the supervising thread's CPU in a run of " << r.wall_ms << " ms";
 }
 
 TEST(Supervision, OutputCapIsConfigurable) {
