@@ -248,15 +248,10 @@ Verdict check_name(const EgressPolicy& policy, std::string_view host, uint16_t p
   return {false, "no rule allows " + target + " (only host rules allow names; the name was not resolved)", nullptr};
 }
 
-namespace {
-
-// 127.0.0.0/8 or ::1, in canonical form (a mapped address as IPv4).
 bool is_loopback(const IpAddress& a) {
   if (!a.v6) return a.bytes[0] == 127;
   return std::all_of(a.bytes.begin(), a.bytes.end() - 1, [](uint8_t b) { return b == 0; }) && a.bytes[15] == 1;
 }
-
-}  // namespace
 
 Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, const IpAddress& address, uint16_t port,
                       const std::vector<IpAddress>& host_addresses) {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "nsbox/digest.h"
+#include "nsbox/egress_policy.h"
 #include "nsbox/fork_server.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/runtime.h"
@@ -332,22 +333,12 @@ const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener)
   return name.empty() ? nullptr : tenant(name);
 }
 
-namespace {
-
-bool is_loopback(const std::string& host) {
-  in_addr v4{};
-  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
-}  // namespace
-
 std::vector<std::string> exposure_warnings(const NodeConfig& c) {
   std::vector<std::string> out;
   bool exposed = false;
   for (const auto& l : c.listeners) {
-    if (is_loopback(l.host)) continue;
+    const auto address = parse_ip(l.host);
+    if (address && is_loopback(canonical(*address))) continue;
     exposed = true;
     if (const TenantConfig* t = c.anonymous_tenant(l))
       out.push_back("listener " + l.address() + " runs code as tenant " + t->name +

@@ -34,6 +34,9 @@ std::optional<IpAddress> from_sockaddr(const sockaddr* sa);
 // rules and ranges are checked against that.
 IpAddress canonical(const IpAddress& address);
 
+// 127.0.0.0/8 or ::1, in canonical form (a mapped address as IPv4).
+bool is_loopback(const IpAddress& address);
+
 struct Cidr {
   IpAddress base;
   int prefix = 0;
