@@ -35,10 +35,21 @@ json event_record(const char* event) {
   return j;
 }
 
+namespace {
+
+// How the tenant was known: "token" or "listener" (its anonymous tenant),
+// null without a tenant.
+json credential_of(const std::string& tenant, bool by_token) {
+  return tenant.empty() ? json(nullptr) : json(by_token ? "token" : "listener");
+}
+
+}  // namespace
+
 json run_started_record(const AuditContext& ctx, const std::string& profile, const std::string& language) {
   json j = event_record("run_started");
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
+  j["credential"] = credential_of(ctx.tenant, ctx.by_token);
   j["profile"] = profile;
   j["profile_sha256"] = ctx.profile_sha256;
   j["language"] = language;
@@ -57,6 +68,7 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["event"] = "run";
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
+  j["credential"] = credential_of(ctx.tenant, ctx.by_token);
   j["profile"] = get("profile");
   j["profile_sha256"] = ctx.profile_sha256;
   j["language"] = get("language");
@@ -150,7 +162,7 @@ json refusal_record(const RefusalContext& ctx) {
   j["method"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.method));  // none: cut before its head was read
   j["path"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.path));
   j["tenant"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.tenant);
-  j["credential"] = ctx.tenant.empty() ? json(nullptr) : json(ctx.by_token ? "token" : "listener");
+  j["credential"] = credential_of(ctx.tenant, ctx.by_token);
   j["status"] = ctx.status;
   j["reason"] = ctx.reason;
   j["message"] = cut(ctx.message);

@@ -743,6 +743,9 @@ AuditContext audit_context(const std::string& api, const TenantConfig& tenant, c
   AuditContext ctx;
   ctx.run_id = job.run_id;
   ctx.tenant = tenant.name;
+  // authenticate() takes a request with an Authorization header only by
+  // its token; without one, the tenant is the listener's anonymous one.
+  ctx.by_token = req.has_header("Authorization");
   ctx.api = api;
   ctx.client = req.remote_addr;
   ctx.code_sha256 = sha256_hex(job.request.exec.code);

@@ -22,8 +22,9 @@ namespace nsbox {
 struct AuditContext {
   std::string run_id;
   std::string tenant;
-  std::string api;     // "run" (the platform's /run) or "v1" (/v1/runs)
-  std::string client;  // the peer address
+  bool by_token = false;  // the tenant by its token, not as a listener's anonymous tenant
+  std::string api;        // "run" (the platform's /run) or "v1" (/v1/runs)
+  std::string client;     // the peer address
   std::string code_sha256;
   std::string profile_sha256;  // of the profile as the run used it (a reload may change it, not its name)
   uint64_t input_bytes = 0;    // the inputs object as JSON
@@ -37,14 +38,14 @@ struct AuditContext {
 // {"time", "event"}: the start of every record.
 nlohmann::ordered_json event_record(const char* event);
 
-// {"time", "event": "run_started", "run_id", "tenant", "profile",
+// {"time", "event": "run_started", "run_id", "tenant", "credential", "profile",
 //  "profile_sha256", "language", "api", "client", "code_sha256",
 //  "input_bytes"}: written as the run is given its sandbox, so that a run
 //  the node does not live to finish is on record.
 nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::string& profile,
                                           const std::string& language);
 
-// {"time", "event": "run", "run_id", "tenant", "profile", "profile_sha256", "language", "api", "client",
+// {"time", "event": "run", "run_id", "tenant", "credential", "profile", "profile_sha256", "language", "api", "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
 //  "limits_hit", "warnings", "limits", "answer_bytes", "stdout_bytes",

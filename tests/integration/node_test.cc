@@ -764,6 +764,8 @@ TEST_F(NodeWithTenants, AuditLogHasOneLinePerRunAfterItsStart) {
   ASSERT_NE(acme, tenants.end()) << every[0];
   EXPECT_EQ((*acme)["profile_sha256"], line["profile_sha256"]);
   EXPECT_EQ(line["tenant"], "acme");
+  EXPECT_EQ(line["credential"], "token");
+  EXPECT_EQ(every[1]["credential"], "token");
   EXPECT_EQ(line["profile"], "default");
   EXPECT_EQ(line["language"], "python");
   EXPECT_EQ(line["code_sha256"], sha256_hex(code));
@@ -1114,6 +1116,16 @@ TEST_F(NodeWithTenants, SighupWithABrokenConfigKeepsServingAndAGoodOneApplies) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << "the reloaded default_tenant serves anonymous requests";
   EXPECT_EQ(r->body, "{\"return\": 5, \"error\": null}");
+  // On record as the listener's anonymous tenant, not as one who sent a
+  // token; the first run sent acme's.
+  std::vector<json> runs;
+  for (const json& l : audit_lines_of(node_.dir() + "/audit.log"))
+    if (l["event"] == "run") runs.push_back(l);
+  ASSERT_EQ(runs.size(), 2u) << slurp(node_.dir() + "/audit.log");
+  EXPECT_EQ(runs[0]["tenant"], "acme");
+  EXPECT_EQ(runs[0]["credential"], "token");
+  EXPECT_EQ(runs[1]["tenant"], "public");
+  EXPECT_EQ(runs[1]["credential"], "listener");
   r = post(node_.client(), "/run", body, other);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);

@@ -645,6 +645,7 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r.dump().find("hello"), std::string::npos) << "no output";
   EXPECT_EQ(r["run_id"], "r1");
   EXPECT_EQ(r["tenant"], "acme");
+  EXPECT_EQ(r["credential"], "listener") << "a tenant not known by its token";
   EXPECT_EQ(r["profile"], "default");
   EXPECT_EQ(r["language"], "python");
   EXPECT_EQ(r["code_sha256"], "abc");
