@@ -208,6 +208,19 @@ void hand_over_proxy_listener(const ChildConfig& c) noexcept {
   ::close(c.proxy_sock);
 }
 
+// PID 1's own stdio came from the supervisor: the node's log, or the
+// caller's terminal or files under `nsbox run`. The workload has its own
+// copies where it should; PID 1 needs none, and keeps no host file open
+// inside the sandbox for as long as the run lives (a warm sandbox's for
+// as long as it waits).
+void let_go_of_stdio() noexcept {
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (null < 0 || ::dup2(null, fd) < 0) ::close(fd);
+  }
+  if (null > 2) ::close(null);
+}
+
 void send_report(int fd, InitReport report) noexcept {
   while (::write(fd, &report, sizeof(report)) < 0 && errno == EINTR) {
   }
@@ -336,6 +349,7 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   for (int fd : {c.error_fd, c.stdin_fd, c.stdout_fd, c.stderr_fd, c.result_fd, c.notify_sock}) {
     if (fd >= 0) ::close(fd);
   }
+  let_go_of_stdio();
   run_init(workload, c.report_fd);
 }
 

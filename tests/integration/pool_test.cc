@@ -64,6 +64,25 @@ TEST_P(Pool, WarmRunsAnswerInBothLanguages) {
   EXPECT_GT(metric(node_, "nsbox_pool_idle_memory_bytes"), 2 << 20) << "what the waiting interpreters hold";
 }
 
+// A waiting sandbox's PID 1 (and the fork server's) holds no file of the
+// host: its stdio came from the node (node.log here), and the workload has
+// pipes of its own.
+TEST_P(Pool, NoSandboxsPid1HoldsTheNodesFiles) {
+  const std::vector<pid_t> inits = descendants_with_cmdline(node_.pid(), "nsbox-init");
+  ASSERT_GE(inits.size(), GetParam() ? 3u : 2u) << "a PID 1 per waiting sandbox (and the fork server's)";
+  for (pid_t pid : inits) {
+    const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+    for (const std::string& fd : dir_entries(fds)) {
+      char target[4096];
+      const ssize_t n = ::readlink((fds + "/" + fd).c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;  // gone with its sandbox
+      const std::string file(target, static_cast<size_t>(n));
+      EXPECT_TRUE(file[0] != '/' || file == "/dev/null") << "PID 1 " << pid << " holds fd " << fd << ": " << file
+                                                         << " (the node's log is " << node_.dir() << "/node.log)";
+    }
+  }
+}
+
 TEST_P(Pool, NothingCrossesFromOneRunToTheNext) {
   const std::string leave =
       "import json, os, subprocess, sys, threading, time\n"
