@@ -5,6 +5,7 @@
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -378,6 +379,44 @@ std::string make_outer_directory() {
   }
 }
 
+// Whether uid/gid (no supplementary groups: the sandbox's host user has
+// none) may pass through dir by its mode bits. A directory with an ACL is
+// taken as passable: the kernel decides there, and a refusal here would
+// be a guess.
+bool passable_by(const std::string& dir, uid_t uid, gid_t gid) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return true;  // the mkdir below names what is wrong
+  if (::getxattr(dir.c_str(), "system.posix_acl_access", nullptr, 0) > 0) return true;
+  const mode_t bit = st.st_uid == uid ? S_IXUSR : st.st_gid == gid ? S_IXGRP : S_IXOTH;
+  return (st.st_mode & bit) != 0;
+}
+
+// PID 1 binds the workspace by its path as the sandbox's host user, so
+// that user must be able to pass through $TMPDIR and every directory above
+// it (a private TMPDIR of mode 0700, as pam_tmpdir gives root, is not):
+// refused here, naming the directory, rather than in the sandbox as a
+// failed mount of /workspace.
+void check_reachable_by_sandbox_user(uid_t uid, gid_t gid) {
+  std::string dir = temp_base();
+  for (;;) {
+    if (!passable_by(dir, uid, gid)) {
+      struct stat st {};
+      (void)::stat(dir.c_str(), &st);
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      throw SysError("workspace",
+                     dir + " (mode " + mode + ", owner uid " + std::to_string(st.st_uid) +
+                         ") does not let the sandbox's host user (uid " + std::to_string(uid) +
+                         ") pass through to the run's workspace below $TMPDIR (" + temp_base() +
+                         "): give others search permission (chmod o+x) or point TMPDIR elsewhere",
+                     EACCES);
+    }
+    if (dir == "/") return;
+    const size_t slash = dir.rfind('/');
+    dir = slash == 0 ? "/" : dir.substr(0, slash);
+  }
+}
+
 }  // namespace
 
 uint64_t workspace_inodes(const WorkspaceSpec& spec) {
@@ -395,6 +434,7 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
   // the outer one, 0700, keeps every other host user out. It is the
   // sandbox's host user's too, so that PID 1 can bind ws/ by its path, but
   // lies outside every sandbox's view: no run can change it.
+  if (::geteuid() == 0 && host_uid != 0) check_reachable_by_sandbox_user(host_uid, host_gid);
   outer_ = make_outer_directory();
   path_ = outer_ + "/" + kWorkspaceInner;
   try {

@@ -426,6 +426,27 @@ TEST(Workspace, NamesAnotherUserMadeFirstInTmpDoNotStopARun) {
   EXPECT_EQ(st.st_uid, ::geteuid() == 0 ? ids.uid : ::geteuid()) << outer;
 }
 
+// A private TMPDIR (mode 0700, as pam_tmpdir gives root) keeps the
+// sandbox's host user from the workspace: the run is refused naming that
+// directory and what would do (it failed inside the sandbox as a mount of
+// /workspace); a TMPDIR others may pass through (0711) serves.
+TEST(Workspace, ATmpdirTheSandboxUserCannotPassThroughIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a sandbox user apart from the caller needs root";
+  Scratch s;
+  const std::string tmp = s.path() + "/private";
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0700), 0);
+  TmpdirSetTo tmpdir(tmp);
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find(tmp + " (mode 0700, owner uid 0) does not let the sandbox's host user"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("chmod o+x"), std::string::npos) << r.err;
+  EXPECT_EQ(dir_entries(tmp).size(), 0u) << "nothing made for a refused run";
+  ASSERT_EQ(::chmod(tmp.c_str(), 0711), 0);
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 // In a shared /tmp another user may name a directory as nsbox names its
 // workspaces; the stale sweep (run as root) leaves it alone rather than
 // walk whatever that user keeps adding to it.
