@@ -1,6 +1,9 @@
 #include "nsbox/rlimits.h"
 
 #include <cerrno>
+#include <string>
+
+#include "nsbox/error.h"
 
 namespace nsbox {
 namespace {
@@ -34,7 +37,43 @@ const char* resource_name(int resource) {
   }
 }
 
+// Where a run's value of resource comes from, for the error that says
+// what would do.
+const char* source_of(int resource) {
+  switch (resource) {
+    case RLIMIT_NOFILE:
+      return "the profile's limits.open_files";
+    case RLIMIT_FSIZE:
+      return "the profile's limits.file_size";
+    case RLIMIT_DATA:
+      return "the profile's limits.memory (as a best-effort stand-in)";
+    case RLIMIT_NPROC:
+      return "the profile's limits.pids (as a best-effort stand-in)";
+    case RLIMIT_CPU:
+      return "the profile's limits.cpu_time (as a best-effort stand-in)";
+    default:
+      return "nsbox's fixed value";
+  }
+}
+
+std::string rlim_text(rlim_t v) { return v == RLIM_INFINITY ? "unlimited" : std::to_string(v); }
+
 }  // namespace
+
+void require_within_own_hard_limits(const std::vector<RlimitSetting>& settings) {
+  for (const RlimitSetting& s : settings) {
+    rlimit own{};
+    if (::getrlimit(static_cast<__rlimit_resource>(s.resource), &own) != 0) continue;
+    if (own.rlim_max == RLIM_INFINITY || (s.value.rlim_max != RLIM_INFINITY && s.value.rlim_max <= own.rlim_max))
+      continue;
+    throw SysError("setrlimit",
+                   std::string(resource_name(s.resource)) + " " + rlim_text(s.value.rlim_max) + " (" +
+                       source_of(s.resource) + ") is above nsbox's own hard limit " + rlim_text(own.rlim_max) +
+                       ", which no process of the run may raise: raise nsbox's (ulimit -H, or Limit" +
+                       std::string(resource_name(s.resource) + 7) + "= in its systemd unit) or lower the run's",
+                   EPERM);
+  }
+}
 
 std::vector<RlimitSetting> charged_rlimits() {
   // Never above nsbox's own hard limit, which PID 1 could not raise.

@@ -851,6 +851,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare(const RunSpec& input, std::option
       rlimits.push_back(extra);
     const std::vector<RlimitSetting> init_rlimits = spec.makes_runs ? std::vector<RlimitSetting>{} : charged_rlimits();
     rlimits.insert(rlimits.end(), init_rlimits.begin(), init_rlimits.end());
+    require_within_own_hard_limits(rlimits);
     const std::vector<UserNsQuota> quotas =
         spec.makes_runs ? std::vector<UserNsQuota>{}
                         : user_ns_quotas(spec.limits.inotify_instances, spec.limits.inotify_watches);
@@ -1016,6 +1017,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     auto rlimits = rlimits_for(spec.limits);
     for (const auto& extra : standin_rlimits(spec.limits, unenforced, false)) rlimits.push_back(extra);
     for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);  // PID 1's too (forkinit.c)
+    require_within_own_hard_limits(rlimits);
 
     Pipe errors = Pipe::create();
     Pipe reports = Pipe::create();

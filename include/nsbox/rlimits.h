@@ -49,6 +49,12 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits);
 std::vector<RlimitSetting> standin_rlimits(const Limits& limits, const std::set<std::string>& missing,
                                            bool cpu_time_unenforced);
 
+// Throws SysError naming the first setting above this process's own hard
+// limit (which no process of the run could raise), what set it and what
+// would do, rather than letting the run fail in its sandbox as an EPERM
+// from setrlimit.
+void require_within_own_hard_limits(const std::vector<RlimitSetting>& settings);
+
 // Applies every setting; returns 0 or errno and the failing resource's name.
 int apply_rlimits(const RlimitSetting* settings, size_t count, const char** name) noexcept;
 

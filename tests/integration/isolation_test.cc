@@ -146,6 +146,36 @@ TEST(Isolation, SchedulingAndLockingRlimitsAreSetNotInherited) {
   EXPECT_EQ(r.stdout_data, "(0, 0) (0, 0) (65536, 65536)\n");
 }
 
+// nsbox started under a hard limit below a run's (ulimit, a unit's
+// LimitNOFILE=) cannot give the run its profile's value: refused before
+// the sandbox exists, naming the limit, both values and what would do
+// (it was "setrlimit RLIMIT_FSIZE: Operation not permitted" from inside).
+TEST(Isolation, AHardRlimitBelowTheRunsIsRefusedByName) {
+  struct Case {
+    const char* ulimit;
+    const char* names;
+  };
+  for (const Case& c : {Case{"-f 32768",
+                             "RLIMIT_FSIZE 67108864 (the profile's limits.file_size) is above nsbox's "
+                             "own hard limit 33554432"},
+                        Case{"-n 128",
+                             "RLIMIT_NOFILE 256 (the profile's limits.open_files) is above nsbox's own "
+                             "hard limit 128"}}) {
+    const std::string command =
+        std::string("ulimit ") + c.ulimit + " && exec \"$0\" run --rootfs " + test_rootfs() + " -- true 2>&1";
+    const std::string sh = "bash -c '" + command + "' " + NSBOX_BINARY;  // bash: ulimit -f in KiB
+    FILE* p = ::popen(sh.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int status = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(status), 125) << out;
+    EXPECT_NE(out.find(c.names), std::string::npos) << out;
+    EXPECT_NE(out.find("or lower the run's"), std::string::npos) << out;
+  }
+}
+
 TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFilter) {
   std::string out = python(
       "for l in open('/proc/self/status'):\n"
