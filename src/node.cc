@@ -989,7 +989,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     if (!spawner_.alive()) return reply(req, res, 503, R"({"status": "down", "reason": "the spawner has died"})");
     if (auto log = audit(); !log->writable()) {
       json j{{"status", "degraded"}, {"reason", "the audit log cannot be written: " + log->failure()}};
-      return reply(req, res, 503, j.dump());
+      return reply(req, res, 503, dump_platform_json(j));  // spaced as the other answers
     }
     reply(req, res, 200, "{\"status\": \"ok\"}");
   });

@@ -62,14 +62,30 @@ bool is_valid_tenant_name(const std::string& name) {
   return is_valid_profile_name(name) && name.size() <= kMaxTenantNameLength;
 }
 
+// What a byte that cannot be in a token is, for an error that must not
+// quote the token.
+std::string describe_bad_token_byte(unsigned char c) {
+  if (c == ' ') return "a space";
+  if (c == '\n') return "a line break";
+  if (c < 0x20 || c == 0x7f) return "a control character";
+  return "a byte beyond ASCII";
+}
+
 // Tokens travel in an HTTP header: visible ASCII only, long enough not to be
-// guessed.
-std::string check_token(const Field& at, std::string token) {
+// guessed. `where` names a token file ("" for a token in the config).
+std::string check_token(const Field& at, std::string token, const std::string& where = "") {
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (!where.empty() && token.find('\n') != std::string::npos)
+    at.fail(where + " holds more than one line: it must hold the token alone");
   if (token.size() < kMinTokenLength || token.size() > kMaxTokenLength)
-    at.fail("a token must have 16 to 4096 characters, this one has " + std::to_string(token.size()));
-  for (char c : token) {
-    if (c <= 0x20 || c >= 0x7f) at.fail("a token may only contain visible ASCII characters");
+    at.fail((where.empty() ? "a token" : "the token in " + where) + " must have 16 to 4096 characters, this one has " +
+            std::to_string(token.size()));
+  for (size_t i = 0; i < token.size(); ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (c <= 0x20 || c >= 0x7f)
+      at.fail((where.empty() ? "a token" : "the token in " + where) +
+              " may only contain visible ASCII characters: character " + std::to_string(i + 1) + " of " +
+              std::to_string(token.size()) + " is " + describe_bad_token_byte(c));
   }
   return token;
 }
@@ -83,11 +99,13 @@ std::string read_token_file(const Field& at, const std::string& path) {
   if (st.st_mode & (S_IRWXG | S_IRWXO))
     at.fail("token file " + path + " is accessible to group or others (mode " + std::to_string((st.st_mode >> 6) & 7) +
             std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + "); chmod 600 it");
+  std::string text;
   try {
-    return check_token(at, profile_yaml::read_file(path));
+    text = profile_yaml::read_file(path);
   } catch (const ProfileError& e) {
     at.fail(e.message());
   }
+  return check_token(at, std::move(text), "token file " + path);
 }
 
 std::string relative_to(const std::string& dir, const std::string& path) {

@@ -244,6 +244,22 @@ TEST(NodeConfig, TokenFilesMustBePrivate) {
   ::chmod(token.c_str(), 0600);
   NodeConfig c = load_node_config_text(text, file, repo_profiles());
   EXPECT_EQ(c.tenants[0].token, "file-token-0123456789abcdef") << "the trailing newline is not part of it";
+  // A file that is not one token on one line says which, once, and never
+  // quotes the token.
+  for (const auto& [content, says] : std::vector<std::pair<std::string, std::string>>{
+           {"file-token-0123456789abcdef  \n", "character 28 of 29 is a space"},
+           {"file-token-0123456789abcdef\nsecond line\n", "holds more than one line: it must hold the token alone"}}) {
+    std::ofstream(token, std::ios::trunc) << content;
+    try {
+      load_node_config_text(text, file, repo_profiles());
+      ADD_FAILURE() << "accepted: " << content;
+    } catch (const ProfileError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(says), std::string::npos) << what;
+      EXPECT_EQ(what.find("token_file: tenants[0].token_file"), std::string::npos) << "the key said twice: " << what;
+      EXPECT_EQ(what.find("0123456789"), std::string::npos) << "the token quoted: " << what;
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 
