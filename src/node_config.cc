@@ -9,6 +9,7 @@
 #include <charconv>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "nsbox/digest.h"
@@ -257,24 +258,34 @@ bool takes_the_same_port(const ListenerConfig& a, const ListenerConfig& b) {
   return false;
 }
 
-void check_references(const Field& top, const NodeConfig& c) {
+// Where a config's entries came from, for errors that name two of them:
+// each at the line of the entry at fault.
+struct EntryFields {
+  std::vector<Field> tenants;    // parallel to NodeConfig::tenants
+  std::vector<Field> listeners;  // parallel to listeners; empty for the default one
+  std::optional<Field> default_tenant;
+};
+
+void check_references(const Field& top, const NodeConfig& c, const EntryFields& at) {
   std::set<std::string> names, tokens, addresses;
-  for (const auto& t : c.tenants) {
-    if (!names.insert(t.name).second) top.fail("tenant " + t.name + " is defined twice");
+  for (size_t i = 0; i < c.tenants.size(); ++i) {
+    const TenantConfig& t = c.tenants[i];
+    if (!names.insert(t.name).second) at.tenants[i].fail("tenant " + t.name + " is defined twice");
     if (!t.token.empty() && !tokens.insert(t.token).second)
-      top.fail("tenant " + t.name + " has the same token as another tenant");
+      at.tenants[i].fail("tenant " + t.name + " has the same token as another tenant");
   }
   if (!c.default_tenant.empty() && !c.tenant(c.default_tenant))
-    top.fail("default_tenant " + c.default_tenant + " is not one of the tenants");
+    (at.default_tenant ? *at.default_tenant : top).fail(c.default_tenant + " is not one of the tenants");
   for (size_t i = 0; i < c.listeners.size(); ++i) {
     const ListenerConfig& l = c.listeners[i];
-    if (!addresses.insert(l.address()).second) top.fail("listener " + l.address() + " is defined twice");
+    const Field& here = i < at.listeners.size() ? at.listeners[i] : top;
+    if (!addresses.insert(l.address()).second) here.fail("listener " + l.address() + " is defined twice");
     for (size_t j = 0; j < i; ++j)
       if (takes_the_same_port(c.listeners[j], l))
-        top.fail("listeners " + c.listeners[j].address() + " and " + l.address() +
-                 " cannot both listen: a wildcard address takes its port on every address");
+        here.fail("listeners " + c.listeners[j].address() + " and " + l.address() +
+                  " cannot both listen: a wildcard address takes its port on every address");
     if (!l.tenant.empty() && !c.tenant(l.tenant))
-      top.fail("listener " + l.address() + ": tenant " + l.tenant + " is not one of the tenants");
+      here.fail("listener " + l.address() + ": tenant " + l.tenant + " is not one of the tenants");
   }
 }
 
@@ -417,17 +428,23 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
   NodeConfig c;
   c.source = file;
   use_default_capacity(c);
+  EntryFields at;
   if (auto v = map.get("listeners")) {
-    for (const auto& item : v->items()) c.listeners.push_back(read_listener(item));
+    at.listeners = v->items();
+    for (const auto& item : at.listeners) c.listeners.push_back(read_listener(item));
     if (c.listeners.empty()) v->fail("at least one listener is needed");
   } else {
     c.listeners.push_back(ListenerConfig{});
   }
   auto tenants = map.get("tenants");
   if (!tenants) top.fail("missing key 'tenants': at least one tenant with a profile");
-  for (const auto& item : tenants->items()) c.tenants.push_back(read_tenant(item, dir, search));
+  at.tenants = tenants->items();
+  for (const auto& item : at.tenants) c.tenants.push_back(read_tenant(item, dir, search));
   if (c.tenants.empty()) tenants->fail("at least one tenant is needed");
-  if (auto v = map.get("default_tenant")) c.default_tenant = v->text();
+  if (auto v = map.get("default_tenant")) {
+    c.default_tenant = v->text();
+    at.default_tenant = *v;
+  }
   if (auto v = map.get("limits")) read_limits(*v, c);
   if (auto v = map.get("audit_log")) {
     c.audit_log = relative_to(dir, v->text());
@@ -447,7 +464,7 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
     if (c.tenant_for_token(c.metrics_token))
       v->fail("the metrics token is a tenant's token: a tenant would read every tenant's figures");
   }
-  check_references(top, c);
+  check_references(top, c, at);
   return c;
 }
 
