@@ -182,12 +182,58 @@ bool ends_with_dir(const std::string& cgroup_path, const std::string& dir) {
          cgroup_path.compare(cgroup_path.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+std::string own_pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? std::to_string(st.st_ino) : "0";
+}
+
+namespace {
+
+// The host's first pid namespace (the kernel's PROC_PID_INIT_INO): from
+// it, every process of every pid namespace is in /proc.
+constexpr ino_t kInitPidNamespace = 0xEFFFFFFCU;
+
+// Whether a process of the pid namespace with inode ns is in this /proc:
+// one scan, made only for a run name of another namespace.
+bool pid_namespace_has_a_process(const std::string& ns) {
+  bool found = false;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return true;  // cannot tell: keep
+  while (dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    struct stat st {};
+    if (::stat((std::string("/proc/") + e->d_name + "/ns/pid").c_str(), &st) == 0 && std::to_string(st.st_ino) == ns) {
+      found = true;
+      break;
+    }
+  }
+  ::closedir(proc);
+  return found;
+}
+
+// A run of another pid namespace: its pid and start time would name some
+// other process here, or none. It is the owner's while its namespace has
+// a process, and when this one cannot see them all (not the host's first
+// pid namespace), it is left to an nsbox of its own.
+bool other_namespace_run_alive(const std::string& ns) {
+  struct stat own {};
+  if (::stat("/proc/self/ns/pid", &own) != 0 || own.st_ino != kInitPidNamespace) return true;
+  return pid_namespace_has_a_process(ns);
+}
+
+}  // namespace
+
 bool run_owner_alive(const std::string& run_name) {
-  // run-<pid>-<starttime>-<n>
+  // run-<pid>-<starttime>-<n>-p<pid namespace>[-<random>] (no p field:
+  // made by an nsbox before the field was added).
   std::istringstream in(run_name);
-  std::string prefix, pid_text, start;
+  std::string prefix, pid_text, start, n, ns;
   if (!std::getline(in, prefix, '-') || prefix != "run") return true;  // not ours: keep
   if (!std::getline(in, pid_text, '-') || !std::getline(in, start, '-')) return true;
+  // The pid and start time are those of the owner's pid namespace.
+  if (std::getline(in, n, '-') && std::getline(in, ns, '-') && ns.size() > 1 && ns[0] == 'p' &&
+      ns.find_first_not_of("0123456789", 1) == std::string::npos && ns.substr(1) != own_pid_namespace())
+    return other_namespace_run_alive(ns.substr(1));
   pid_t pid = 0;
   try {
     pid = static_cast<pid_t>(std::stol(pid_text));
@@ -342,13 +388,15 @@ std::string next_run_cgroup_name() {
   // and must not share its owner name (and counter).
   static pid_t owner_pid = 0;
   static std::string owner;
+  static std::string pid_namespace;
   static unsigned long counter = 0;
   if (owner_pid != ::getpid()) {
     owner_pid = ::getpid();
     owner = std::to_string(owner_pid) + "-" + process_start_time(owner_pid);
+    pid_namespace = "p" + own_pid_namespace();
     counter = 0;
   }
-  return "run-" + owner + "-" + std::to_string(++counter);
+  return "run-" + owner + "-" + std::to_string(++counter) + "-" + pid_namespace;
 }
 
 std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,

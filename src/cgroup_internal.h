@@ -28,7 +28,11 @@ void make_dir(const std::string& path);
 std::vector<pid_t> read_pids(const std::string& procs_file);
 std::vector<std::string> list_subdirs(const std::string& dir);
 std::string process_start_time(pid_t pid);
-// False only for a run-<pid>-<start>-<n> name whose nsbox process is gone.
+// The inode number of this process's pid namespace, as text.
+std::string own_pid_namespace();
+// False only for a run-<pid>-<start>-<n>-p<pidns> name of this pid
+// namespace whose nsbox process is gone (or an older name without the
+// namespace whose pid is gone).
 bool run_owner_alive(const std::string& run_name);
 
 // rmdir of a run cgroup, retried (killing stragglers) while the kernel still

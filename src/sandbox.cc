@@ -542,8 +542,7 @@ Launcher::Launcher(const LauncherOptions& options)
   // A workload that closes its stdin early must not kill the supervisor
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
-  remove_stale_run_cgroups(cgroups_);
-  remove_stale_workspaces(host_ids_.uid);
+  stale_removed_ = remove_stale_run_cgroups(cgroups_) + remove_stale_workspaces(host_ids_.uid);
 }
 
 namespace {

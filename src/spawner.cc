@@ -620,6 +620,10 @@ std::optional<LauncherOptions> receive_options(int control) {
   std::optional<Launcher> launcher;
   try {
     launcher.emplace(*options);
+    // An nsbox killed without warning (or the host's power lost) left them.
+    if (launcher->stale_removed() > 0)
+      spdlog::warn("spawner: removed {} run cgroups and workspaces left by nsbox processes that died mid-run",
+                   launcher->stale_removed());
   } catch (const std::exception& e) {
     std::string msg = kFailed + std::string(e.what());
     ::send(control.get(), msg.data(), msg.size(), MSG_NOSIGNAL);

@@ -129,6 +129,9 @@ class Launcher {
 
   const HostIds& host_ids() const { return host_ids_; }
   const CgroupHost& cgroup_host() const { return cgroups_; }
+  // What the constructor removed of nsbox processes that died without
+  // cleaning up: run cgroup directories and workspaces.
+  int stale_removed() const { return stale_removed_; }
   const SeccompProgram& seccomp() const { return seccomp_; }
 
  private:
@@ -137,6 +140,7 @@ class Launcher {
   HostIds host_ids_;
   CgroupHost cgroups_;
   std::pair<uintptr_t, uintptr_t> cmdline_;  // this process's argv in memory
+  int stale_removed_ = 0;
 
   // The compiled filter for a run; compiled once per distinct policy.
   const SeccompProgram& seccomp_for(const SeccompChoice& choice) const;

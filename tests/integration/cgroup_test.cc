@@ -344,6 +344,77 @@ TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
   EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
 }
 
+// An nsbox in a pid namespace of its own (a container sharing the host's
+// cgroups and /tmp) names its runs by pids of that namespace: the sweep of
+// an nsbox outside it took them for a crashed nsbox's and killed a live
+// run. Its runs are left alone while their namespace lives, and swept
+// once it is gone.
+TEST_F(Cgroups, ALiveRunOfAnotherPidNamespaceIsNotSweptAndADeadOnesIs) {
+  const std::string marker = unique_token("nsbox-other-pidns-");
+  const std::string nsbox = NSBOX_BINARY;
+  const std::vector<std::string> args = {
+      "unshare",     "--pid",    "--fork", "--mount-proc", nsbox,     "run", "--rootfs",
+      test_rootfs(), "--memory", "64MiB",  "--",           "python3", "-c",  "import time; time.sleep(1000)",
+      marker};
+  const pid_t unshare = ::fork();
+  if (unshare == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ASSERT_GT(unshare, 0);
+  std::vector<pid_t> inner;
+  struct KillOnExit {
+    pid_t pid;
+    const std::vector<pid_t>& inner;
+    ~KillOnExit() {
+      for (pid_t p : inner) ::kill(p, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+  } kill_on_exit{unshare, inner};
+  // Its run cgroup, named by pids of the other namespace (nsbox is PID 1
+  // there) and by that namespace.
+  struct stat ns {};
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 2000 && dirs.empty(); ++i, ::usleep(10000)) {
+    inner = descendants_with_cmdline(unshare, nsbox + " run");
+    if (inner.empty() || ::stat(("/proc/" + std::to_string(inner[0]) + "/ns/pid").c_str(), &ns) != 0) continue;
+    for (const auto& d : run_cgroup_dirs(launcher().cgroup_host(), 1))
+      if (d.find("-p" + std::to_string(ns.st_ino)) != std::string::npos) dirs.push_back(d);
+  }
+  ASSERT_FALSE(dirs.empty()) << "no run cgroup named by the other namespace";
+  ASSERT_TRUE(wait_for_process("python3 -c import time; time.sleep(1000) " + marker, 20000));
+
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});  // sweeps
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& d : dirs) EXPECT_EQ(::access(d.c_str(), F_OK), 0) << d << " was swept under a live run";
+  EXPECT_FALSE(host_pids_with_cmdline(marker).empty()) << "the other namespace's live run was killed";
+
+  // Killed without warning, with its namespace: then it is a crashed one's.
+  ::kill(unshare, SIGKILL);
+  ::kill(inner[0], SIGKILL);
+  wait_cli(unshare);
+  EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
+  // Its namespace ends with its last process (nsbox, reaped by init).
+  const auto namespace_alive = [&] {
+    for (const std::string& pid : dir_entries("/proc")) {
+      struct stat st {};
+      if (pid[0] >= '1' && pid[0] <= '9' && ::stat(("/proc/" + pid + "/ns/pid").c_str(), &st) == 0 &&
+          st.st_ino == ns.st_ino)
+        return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && namespace_alive(); ++i) ::usleep(10000);
+  ASSERT_FALSE(namespace_alive()) << "the other pid namespace outlived its processes' kill";
+  for (const auto& d : dirs) EXPECT_EQ(::access(d.c_str(), F_OK), 0) << d << " should be left behind";
+  r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d << " survived its gone namespace";
+}
+
 // nsbox killed at every moment of a sandbox's setup, from just before its
 // clone to the workload's start: no part of the run may outlive it, not even
 // a half-made sandbox waiting for a go that never comes.

@@ -447,6 +447,21 @@ TEST(Workspace, ATmpdirTheSandboxUserCannotPassThroughIsNamed) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// What an nsbox killed mid-run left is removed by the next one, which
+// counts it (the node's spawner says so in its log).
+TEST(Workspace, TheNextNsboxCountsWhatItRemovedOfADeadOnes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the sweep of the sandbox user's directories needs root";
+  Scratch s;
+  TmpdirSetTo tmpdir(s.path());
+  const HostIds ids = choose_host_ids();
+  const std::string left = s.path() + "/nsbox-run-1-1-1-abcdef";  // pid 1's start time never matches: dead
+  ASSERT_EQ(::mkdir(left.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(left.c_str(), ids.uid, ids.gid), 0);
+  const Launcher after_a_crash;
+  EXPECT_GE(after_a_crash.stale_removed(), 1);
+  EXPECT_NE(::access(left.c_str(), F_OK), 0) << "not removed";
+}
+
 // In a shared /tmp another user may name a directory as nsbox names its
 // workspaces; the stale sweep (run as root) leaves it alone rather than
 // walk whatever that user keeps adding to it.
