@@ -452,8 +452,9 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
         throw SysError("mount workspace tmpfs", path_, errno);
       mounted_ = true;
     }
-    UniqueFd dir(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) throw SysError("open workspace", path_, errno);
+    dir_.reset(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir_) throw SysError("open workspace", path_, errno);
+    const UniqueFd& dir = dir_;
     const bool as_root = ::geteuid() == 0;
     if (as_root && ::fchown(dir.get(), host_uid, host_gid) != 0) throw SysError("chown workspace", path_, errno);
     if (::mkdirat(dir.get(), "out", 0755) != 0) throw SysError("mkdir", path_ + "/out", errno);
@@ -476,15 +477,7 @@ Workspace::Workspace(const WorkspaceSpec& spec, uid_t host_uid, gid_t host_gid) 
 
 Workspace::~Workspace() { remove_workspace(outer_, mounted_); }
 
-ArtifactReport Workspace::collect() const {
-  UniqueFd dir(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dir) {
-    ArtifactReport report;
-    report.refused.push_back(std::string("workspace: ") + std::strerror(errno));
-    return report;
-  }
-  return collect_artifacts(spec_, dir.get());
-}
+ArtifactReport Workspace::collect() const { return collect_artifacts(spec_, dir_.get()); }
 
 ArtifactReport collect_artifacts(const WorkspaceSpec& spec, int workspace_dir) {
   Collector c{spec, {}};

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "nsbox/unique_fd.h"
+
 namespace nsbox {
 
 struct WorkspaceSpec {
@@ -55,6 +57,10 @@ class Workspace {
   WorkspaceSpec spec_;
   std::string outer_;  // nsbox's own directory, which holds path_
   std::string path_;
+  // ws/ itself, opened when made: the artifacts are read through it, so
+  // that what happens to the path meanwhile (a sweep, an operator's rm)
+  // cannot show the run's out/ as empty or another directory as it.
+  UniqueFd dir_;
   bool mounted_ = false;
 };
 

@@ -1,6 +1,7 @@
 // Every profile key's effect on a real sandbox, through the CLI as operators
 // use it: limits, env, mounts, masks, user, seccomp, workspace and artifacts.
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -460,6 +461,49 @@ TEST(Workspace, TheNextNsboxCountsWhatItRemovedOfADeadOnes) {
   const Launcher after_a_crash;
   EXPECT_GE(after_a_crash.stale_removed(), 1);
   EXPECT_NE(::access(left.c_str(), F_OK), 0) << "not removed";
+}
+
+// The artifacts are read through the workspace nsbox made, not its path:
+// with the path unmounted and removed under the run (a sweep that took it
+// for a crashed nsbox's, an operator's rm), they came back as none, and
+// "ok".
+TEST(Workspace, ArtifactsComeBackWhenTheWorkspacePathIsRemovedUnderTheRun) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the tmpfs workspace needs root";
+  Scratch s;
+  const std::string tmp = s.path() + "/tmp";
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0755), 0);
+  char resolved[PATH_MAX];
+  ASSERT_NE(::realpath(tmp.c_str(), resolved), nullptr);
+  TmpdirSetTo tmpdir(resolved);
+  const std::string arts = s.path() + "/arts";
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const std::string nsbox = NSBOX_BINARY;
+  const std::vector<std::string> args = {
+      nsbox, "run", "--rootfs", test_rootfs(), "--artifacts",
+      arts,  "--",  "sh",       "-c",          "echo made > /workspace/out/a.txt; read line"};
+  const pid_t cli = ::fork();
+  if (cli == 0) {
+    ::dup2(go[0], 0);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(go[0]);
+  std::vector<std::string> mounts;
+  for (int i = 0; i < 2000; ++i, ::usleep(10000)) {
+    mounts = workspace_mounts_in(resolved);
+    if (!mounts.empty() && ::access((mounts[0] + "/out/a.txt").c_str(), F_OK) == 0) break;
+  }
+  ASSERT_FALSE(mounts.empty()) << "the run's workspace was never mounted";
+  ASSERT_EQ(::umount2(mounts[0].c_str(), MNT_DETACH), 0) << std::strerror(errno);
+  fs::remove_all(fs::path(mounts[0]).parent_path());
+  ASSERT_EQ(::write(go[1], "go\n", 3), 3);
+  ::close(go[1]);
+  EXPECT_EQ(wait_cli(cli), 0);
+  EXPECT_EQ(slurp(arts + "/a.txt"), "made\n") << "the run's artifact was lost with the path";
 }
 
 // In a shared /tmp another user may name a directory as nsbox names its
