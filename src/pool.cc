@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
@@ -19,9 +21,14 @@ namespace nsbox {
 using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
-std::string pool_key(const std::string& profile_yaml, Language language) {
-  const std::string text = profile_yaml + "\n" + to_string(language);
+std::string pool_key(const std::string& profile_yaml, Language language, const std::string& rootfs_tree) {
+  const std::string text = profile_yaml + "\n" + to_string(language) + "\n" + rootfs_tree;
   return sha256_hex(text);
+}
+
+std::string current_rootfs_tree(const std::string& rootfs) {
+  char resolved[PATH_MAX];
+  return ::realpath(rootfs.c_str(), resolved) ? std::string(resolved) : rootfs;
 }
 
 json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {

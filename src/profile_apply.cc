@@ -18,9 +18,11 @@ std::string find_env(const std::vector<std::pair<std::string, std::string>>& env
 
 }  // namespace
 
+std::string rootfs_path(const Profile& p) { return p.rootfs == "default" ? NSBOX_DEFAULT_ROOTFS : p.rootfs; }
+
 RunSpec spec_from_profile(const Profile& p) {
   RunSpec spec;
-  spec.rootfs = p.rootfs == "default" ? NSBOX_DEFAULT_ROOTFS : p.rootfs;
+  spec.rootfs = rootfs_path(p);
   spec.env = default_environment();
   for (const auto& [k, v] : p.env) set_env(spec.env, k, v);
   spec.sandbox_uid = p.uid;

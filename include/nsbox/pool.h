@@ -63,8 +63,16 @@ constexpr std::chrono::milliseconds kRefillDelay{5};
 constexpr std::chrono::milliseconds kFirstRetryDelay{100};
 constexpr std::chrono::milliseconds kMaxRetryDelay{10000};
 
-// The key a job is routed by: sha256 of the profile and the language.
-std::string pool_key(const std::string& profile_yaml, Language language);
+// The key a job is routed by: sha256 of the profile, the language and the
+// tree its rootfs resolves to (current_rootfs_tree): a rootfs swapped
+// under a running node (tools/build-rootfs) routes runs to cold sandboxes
+// on the new tree, not to warm ones or a fork server on the old, until a
+// reload re-keys the pool.
+std::string pool_key(const std::string& profile_yaml, Language language, const std::string& rootfs_tree = "");
+
+// The directory rootfs (a profile's, as named) resolves to now, or rootfs
+// itself when it does not resolve (the run's set-up then says why).
+std::string current_rootfs_tree(const std::string& rootfs);
 
 nlohmann::ordered_json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget);
 // Throws nlohmann::json::exception or UsageError on a malformed config.

@@ -15,6 +15,10 @@ namespace nsbox {
 // The run's spec as the profile says (argv and stdio are the caller's).
 RunSpec spec_from_profile(const Profile& profile);
 
+// The rootfs a profile's runs use, as named: its filesystem.rootfs, or the
+// built one for "default".
+std::string rootfs_path(const Profile& profile);
+
 // What one run asks for on top of its profile. Every value set must be at most
 // the profile's; the error names the limit and both values.
 struct RunOverrides {

@@ -34,6 +34,7 @@ struct Job {
   std::string profile_name;  // for errors
   std::string profile_yaml;  // the resolved profile (to_yaml), loaded by the worker
   RunRequest request;
+  std::string rootfs;  // the profile's rootfs as named (rootfs_path), for routing only
 };
 
 // What a worker answers: to_json(ExecOutcome) plus "exit_code", "signal",

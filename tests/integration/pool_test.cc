@@ -1,10 +1,13 @@
 // The node's warm pool: sandboxes started ahead of their run, one per run,
 // never reused. Functional tests only (docs/PERFORMANCE.md has the timings).
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -179,6 +182,56 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
     EXPECT_FALSE(process_alive_with_cmdline(old, "/opt/nsbox/zygote.py")) << "the old profile's fork server still runs";
   }
   EXPECT_EQ(fork_servers_of(node.pid()).size(), GetParam() ? 1u : 0u);
+}
+
+// tools/build-rootfs swaps the rootfs under a running node (a symlink
+// moved to a new tree, the old tree deleted). Runs go to cold sandboxes on
+// the new tree at once, not to the warm ones and the fork server started
+// on the old (which then kept serving a deleted tree); a reload re-keys
+// the pool on the new tree.
+TEST(PoolReload, ARootfsSwappedUnderTheNodeIsUsedAtOnceAndAReloadWarmsIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "two trees of one rootfs need bind mounts";
+  TempDir dir;
+  char real[PATH_MAX];
+  ASSERT_NE(::realpath(test_rootfs().c_str(), real), nullptr);
+  const std::string a = dir.path() + "/tree.a", b = dir.path() + "/tree.b";
+  struct Trees {
+    std::vector<std::string> mounted;
+    ~Trees() {
+      for (const auto& m : mounted) ::umount2(m.c_str(), MNT_DETACH);
+    }
+  } trees;
+  for (const std::string& t : {a, b}) {
+    ASSERT_EQ(::mkdir(t.c_str(), 0755), 0);
+    ASSERT_EQ(::mount(real, t.c_str(), nullptr, MS_BIND | MS_REC, nullptr), 0) << std::strerror(errno);
+    trees.mounted.push_back(t);
+  }
+  const std::string link = dir.path() + "/rootfs";
+  ASSERT_EQ(::symlink("tree.a", link.c_str()), 0);
+  const std::string profile =
+      dir.write("swap.yaml", "name: swap\nextends: default\nfork_server: true\nfilesystem:\n  rootfs: " + link + "\n");
+  NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  const std::string py = "def main(args):\n    return 7", js = "function main(args) { return 7; }";
+  EXPECT_EQ(run_v1(node, py)["pool"], "warm");  // forked ahead by the fork server
+  EXPECT_EQ(run_v1(node, js, "javascript")["pool"], "warm");
+
+  // Swapped as build-rootfs does: a new link renamed over the old.
+  ASSERT_EQ(::symlink("tree.b", (link + ".new").c_str()), 0);
+  ASSERT_EQ(::rename((link + ".new").c_str(), link.c_str()), 0);
+  json r = run_v1(node, py);
+  EXPECT_EQ(r["return"], 7) << r.dump();
+  EXPECT_EQ(r["pool"], "cold") << "served by the fork server of the old tree";
+  r = run_v1(node, js, "javascript");
+  EXPECT_EQ(r["return"], 7) << r.dump();
+  EXPECT_EQ(r["pool"], "cold") << "served by a warm sandbox of the old tree";
+
+  ::kill(node.pid(), SIGHUP);
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 1)) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  EXPECT_EQ(run_v1(node, py)["pool"], "warm") << "the reload warmed the new tree";
+  EXPECT_EQ(run_v1(node, js, "javascript")["pool"], "warm");
 }
 
 TEST(PoolRefill, AtMostTwoSandboxesPerKeyStartAtOnce) {
