@@ -366,6 +366,13 @@ void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles,
   });
 }
 
+// How a sandbox that was not stopped by nsbox ended, for the node's log.
+std::string how_it_ended(const Result& r) {
+  return !r.error.empty() ? r.error
+         : r.signal       ? "killed by signal " + std::to_string(*r.signal)
+                          : "exit code " + std::to_string(r.exit_code);
+}
+
 // The pool sees only that a warm sandbox is gone: the node's log says why.
 // Nothing it throws may unwind out of the worker.
 void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) noexcept {
@@ -375,11 +382,8 @@ void log_why_it_ended(PreparedRun& prepared, const PoolEntry& entry) noexcept {
     // It has ended: finish() only collects how. A shorter bound could pass
     // before it has read PID 1's report, and say "killed" instead.
     const Result r = prepared.finish(std::nullopt, std::chrono::seconds(2));
-    const std::string why = !r.error.empty() ? r.error
-                            : r.signal       ? "killed by signal " + std::to_string(*r.signal)
-                                             : "exit code " + std::to_string(r.exit_code);
     spdlog::warn("a warm {} sandbox of profile {} {}: {} {}", to_string(entry.language), entry.profile_name,
-                 started ? "ended before it served a run" : "could not be started", why,
+                 started ? "ended before it served a run" : "could not be started", how_it_ended(r),
                  printable(std::string_view(r.stderr_data).substr(0, 2000)));
   } catch (...) {
     // The log line is lost; the sandbox is still torn down.
@@ -545,7 +549,7 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
     }
     Result r = zygote->finish(std::nullopt, std::chrono::milliseconds(1));
     if (r.status != RunStatus::kTimeout)  // anything but our own stop
-      spdlog::error("fork server of profile {} ended: {} {}", entry.profile_name, r.error,
+      spdlog::error("fork server of profile {} ended: {} {}", entry.profile_name, how_it_ended(r),
                     printable(std::string_view(r.stderr_data).substr(0, 2000)));
   } catch (const std::exception& e) {
     spdlog::error("fork server of profile {} could not be started: {}", entry.profile_name, e.what());

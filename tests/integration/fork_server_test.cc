@@ -477,6 +477,9 @@ TEST_F(ForkServer, ReplacedWhenItDies) {
   }
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], zygotes[0]);
+  // The node's log says how it ended (the reason was empty for a kill).
+  EXPECT_NE(node_.log().find("fork server of profile forked ended: killed by signal 9"), std::string::npos)
+      << node_.log();
   ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 4)) << node_.log();
   json r = run_as(node_, "def main(args):\n    return 7", true);
   EXPECT_EQ(r["return"], 7) << r.dump();
