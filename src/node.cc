@@ -871,8 +871,12 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
     return reject(req, res, "client_closed", 499,
                   "the client closed its connection while its request waited for a sandbox: not run", tenant);
   const UniqueFd run_cancel = cancel_on_node_or_client(cancel_.get(), client);
-  Job job{new_run_id(), tenant->profile.name, tenant->profile_yaml, std::move(*decoded.request),
-          rootfs_path(tenant->profile)};
+  Job job{new_run_id(),
+          tenant->profile.name,
+          tenant->profile_yaml,
+          std::move(*decoded.request),
+          rootfs_path(tenant->profile),
+          ""};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
   const AuditContext ctx = audit_context(native ? "v1" : "run", *tenant, req, job);
   if (auto log = audit();
@@ -1076,7 +1080,9 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
   for (const auto& t : c.tenants) {
     for (Language language : {Language::kPython, Language::kJavaScript}) {
       PoolEntry e;
-      e.key = pool_key(t.profile_yaml, language, current_rootfs_tree(rootfs_path(t.profile)));
+      e.rootfs = rootfs_path(t.profile);
+      e.rootfs_tree = current_rootfs_tree(e.rootfs);
+      e.key = pool_key(t.profile_yaml, language, e.rootfs_tree);
       e.profile_name = t.profile.name;
       e.profile_yaml = t.profile_yaml;
       e.language = language;

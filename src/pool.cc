@@ -10,6 +10,8 @@
 #include <climits>
 #include <cstdlib>
 
+#include <spdlog/spdlog.h>
+
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
@@ -41,7 +43,9 @@ json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {
                             {"profile_yaml", e.profile_yaml},
                             {"language", to_string(e.language)},
                             {"size", e.size},
-                            {"fork_server", e.fork_server}});
+                            {"fork_server", e.fork_server},
+                            {"rootfs", e.rootfs},
+                            {"rootfs_tree", e.rootfs_tree}});
   }
   return j;
 }
@@ -59,6 +63,8 @@ std::vector<PoolEntry> pool_entries_from_json(const json& j, uint64_t& memory_bu
     entry.language = *language;
     entry.size = e.at("size").get<uint32_t>();
     entry.fork_server = e.value("fork_server", false);
+    entry.rootfs = e.value("rootfs", "");
+    entry.rootfs_tree = e.value("rootfs_tree", "");
     out.push_back(std::move(entry));
   }
   return out;
@@ -246,9 +252,30 @@ std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
   return soonest;
 }
 
+// Whether the key's rootfs still names the tree its sandboxes are built
+// on. When tools/build-rootfs has moved it, runs are routed by the new
+// tree's key (cold until a reload re-keys the pool): this key's sandboxes
+// would never serve, so none is started (looked at again each second: a
+// rollback makes them serve again), and the log says so once.
+bool WarmPool::tree_still_named(Key& k) {
+  if (k.entry.rootfs.empty() || current_rootfs_tree(k.entry.rootfs) == k.entry.rootfs_tree) {
+    k.tree_moved = false;
+    return true;
+  }
+  k.refill_at = std::max(k.refill_at, Clock::now() + std::chrono::seconds(1));
+  if (!k.tree_moved)
+    spdlog::warn(
+        "pool of profile {} ({}): rootfs {} no longer resolves to {}: its runs start cold on the new tree "
+        "until the node reloads (SIGHUP)",
+        k.entry.profile_name, to_string(k.entry.language), k.entry.rootfs, k.entry.rootfs_tree);
+  k.tree_moved = true;
+  return false;
+}
+
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
     if ((k.failures > 0 && Clock::now() < k.retry_at) || Clock::now() < k.refill_at) continue;
+    if (!tree_still_named(k)) continue;
     while (k.workers.size() < k.entry.size) {
       // A few start at a time: a large pool refilling all at once would
       // queue the runs being served behind its start-ups (on the fork

@@ -118,6 +118,7 @@ json encode_job(const Job& job) {
   j["code"] = job.request.exec.code;
   j["inputs"] = job.request.exec.inputs;
   if (job.request.timeout) j["timeout_ms"] = job.request.timeout->count();
+  if (!job.rootfs_tree.empty()) j["rootfs_tree"] = job.rootfs_tree;
   return j;
 }
 
@@ -131,6 +132,7 @@ Job decode_job(const std::string& text) {
   job.request.exec.code = j.at("code").get<std::string>();
   job.request.exec.inputs = j.at("inputs");
   if (j.contains("timeout_ms")) job.request.timeout = std::chrono::milliseconds(j["timeout_ms"].get<int64_t>());
+  job.rootfs_tree = j.value("rootfs_tree", "");
   return job;
 }
 
@@ -227,6 +229,7 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
   const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
   const Profile& profile = *parsed;
   RunSpec spec = job_spec(profile);
+  if (!job.rootfs_tree.empty()) spec.rootfs = job.rootfs_tree;  // the tree it was routed by
   std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
   if (fork_server >= 0 && forks(profile, job.request.exec.language)) {
     // No warm sandbox was ready: the fork server forks one now, which is
@@ -432,6 +435,7 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
   try {
     profile = profiles.get(entry.profile_name, entry.profile_yaml);
     spec = exec_spec(job_spec(*profile), entry.language);
+    if (!entry.rootfs_tree.empty()) spec.rootfs = entry.rootfs_tree;  // the tree of its key
     job_fd = start_and_wait_for_job(prepared, launcher, spec, ctl, fork_server.get());
   } catch (const std::exception& e) {
     spdlog::warn("a warm {} sandbox of profile {} {}: {}", to_string(entry.language), entry.profile_name,
@@ -530,7 +534,8 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
   try {
     const std::shared_ptr<const Profile> parsed = profiles.get(entry.profile_name, entry.profile_yaml);
     const Profile& profile = *parsed;
-    const RunSpec run_spec = exec_spec(job_spec(profile), entry.language);
+    RunSpec run_spec = exec_spec(job_spec(profile), entry.language);
+    if (!entry.rootfs_tree.empty()) run_spec.rootfs = entry.rootfs_tree;  // the tree of its key
     std::unique_ptr<PreparedRun> zygote = launcher.prepare(fork_server_spec(run_spec, fork_server_end));
     ::close(fork_server_end);
     // Ready once the zygote waits for its first request: no fork is asked
@@ -783,8 +788,11 @@ bool Spawner::alive() const {
 JobResult Spawner::run(const Job& job, int cancel_fd) const {
   // Encoded before the spawner is told: it waits for the routing header
   // with a deadline, and its loop serves every other job meanwhile.
-  const std::string key = pool_key(job.profile_yaml, job.request.exec.language, current_rootfs_tree(job.rootfs));
-  const std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string tree = current_rootfs_tree(job.rootfs);
+  const std::string key = pool_key(job.profile_yaml, job.request.exec.language, tree);
+  json encoded = encode_job(job);
+  if (!job.rootfs.empty()) encoded["rootfs_tree"] = tree;  // a cold run is built on the tree it was routed by
+  const std::string text = encoded.dump(-1, ' ', false, json::error_handler_t::replace);
   // The routing header (the spawner reads it and gives the job to a warm
   // sandbox of this key when one is ready) with the job's size, which the
   // sandbox's worker reads before the text.

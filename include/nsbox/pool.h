@@ -38,6 +38,11 @@ struct PoolEntry {
   // The profile asks for a fork server for this language: the key's warm
   // sandboxes are forked by one zygote, kept by a fork server keeper.
   bool fork_server = false;
+  // The profile's rootfs as named, and the tree it resolved to when the
+  // entry was made (part of the key): the key's sandboxes are built on
+  // that tree, whatever the name points at when they start.
+  std::string rootfs{};
+  std::string rootfs_tree{};
 };
 
 // The CPU weight (cgroup v2 units, the default is 100) a started warm
@@ -192,9 +197,11 @@ class WarmPool {
     uint32_t failures = 0;                            // starts in a row that ended before being ready
     std::chrono::steady_clock::time_point retry_at;   // no start before (after failures)
     std::chrono::steady_clock::time_point refill_at;  // no start before (after a take)
+    bool tree_moved = false;                          // said once: the rootfs no longer names entry's tree
   };
 
   void note_failure(Key& k);
+  bool tree_still_named(Key& k);
 
   void retire(Worker& w);
   // Starts the key's fork server keeper; false when it could not.

@@ -34,7 +34,8 @@ struct Job {
   std::string profile_name;  // for errors
   std::string profile_yaml;  // the resolved profile (to_yaml), loaded by the worker
   RunRequest request;
-  std::string rootfs;  // the profile's rootfs as named (rootfs_path), for routing only
+  std::string rootfs;       // the profile's rootfs as named (rootfs_path), for routing
+  std::string rootfs_tree;  // what it resolved to when routed: the tree a cold run is built on
 };
 
 // What a worker answers: to_json(ExecOutcome) plus "exit_code", "signal",

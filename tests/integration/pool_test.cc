@@ -187,51 +187,71 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
 // tools/build-rootfs swaps the rootfs under a running node (a symlink
 // moved to a new tree, the old tree deleted). Runs go to cold sandboxes on
 // the new tree at once, not to the warm ones and the fork server started
-// on the old (which then kept serving a deleted tree); a reload re-keys
-// the pool on the new tree.
+// on the old (which then kept serving a deleted tree); the old key's pool
+// is not refilled meanwhile (its sandboxes could not serve); a rollback
+// finds the old key's sandboxes built on the old tree, whatever the name
+// pointed at when they started; a reload re-keys the pool on the new tree.
 TEST(PoolReload, ARootfsSwappedUnderTheNodeIsUsedAtOnceAndAReloadWarmsIt) {
-  if (::geteuid() != 0) GTEST_SKIP() << "two trees of one rootfs need bind mounts";
+  if (::geteuid() != 0) GTEST_SKIP() << "two trees of one rootfs need bind and overlay mounts";
   TempDir dir;
   char real[PATH_MAX];
   ASSERT_NE(::realpath(test_rootfs().c_str(), real), nullptr);
-  const std::string a = dir.path() + "/tree.a", b = dir.path() + "/tree.b";
+  const std::string a = dir.path() + "/tree.a", b = dir.path() + "/tree.b", marks = dir.path() + "/marks",
+                    upper = dir.path() + "/upper", work = dir.path() + "/work";
+  for (const std::string& d : {a, b, marks, marks + "/etc", upper, work}) ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+  dir.write("marks/etc/nsbox-tree-b", "b\n");
   struct Trees {
     std::vector<std::string> mounted;
     ~Trees() {
       for (const auto& m : mounted) ::umount2(m.c_str(), MNT_DETACH);
     }
   } trees;
-  for (const std::string& t : {a, b}) {
-    ASSERT_EQ(::mkdir(t.c_str(), 0755), 0);
-    ASSERT_EQ(::mount(real, t.c_str(), nullptr, MS_BIND | MS_REC, nullptr), 0) << std::strerror(errno);
-    trees.mounted.push_back(t);
-  }
+  ASSERT_EQ(::mount(real, a.c_str(), nullptr, MS_BIND | MS_REC, nullptr), 0) << std::strerror(errno);
+  trees.mounted.push_back(a);
+  // Tree b: the same, with /etc/nsbox-tree-b, which tells a run where it is.
+  const std::string layers = "lowerdir=" + marks + ":" + real + ",upperdir=" + upper + ",workdir=" + work;
+  ASSERT_EQ(::mount("overlay", b.c_str(), "overlay", 0, layers.c_str()), 0) << std::strerror(errno);
+  trees.mounted.push_back(b);
   const std::string link = dir.path() + "/rootfs";
-  ASSERT_EQ(::symlink("tree.a", link.c_str()), 0);
+  const auto point_at = [&](const char* tree) {
+    ::unlink((link + ".new").c_str());
+    ASSERT_EQ(::symlink(tree, (link + ".new").c_str()), 0);
+    ASSERT_EQ(::rename((link + ".new").c_str(), link.c_str()), 0);  // as build-rootfs does
+  };
+  point_at("tree.a");
   const std::string profile =
       dir.write("swap.yaml", "name: swap\nextends: default\nfork_server: true\nfilesystem:\n  rootfs: " + link + "\n");
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
-  const std::string py = "def main(args):\n    return 7", js = "function main(args) { return 7; }";
-  EXPECT_EQ(run_v1(node, py)["pool"], "warm");  // forked ahead by the fork server
-  EXPECT_EQ(run_v1(node, js, "javascript")["pool"], "warm");
-
-  // Swapped as build-rootfs does: a new link renamed over the old.
-  ASSERT_EQ(::symlink("tree.b", (link + ".new").c_str()), 0);
-  ASSERT_EQ(::rename((link + ".new").c_str(), link.c_str()), 0);
-  json r = run_v1(node, py);
-  EXPECT_EQ(r["return"], 7) << r.dump();
-  EXPECT_EQ(r["pool"], "cold") << "served by the fork server of the old tree";
-  r = run_v1(node, js, "javascript");
-  EXPECT_EQ(r["return"], 7) << r.dump();
-  EXPECT_EQ(r["pool"], "cold") << "served by a warm sandbox of the old tree";
-
-  ::kill(node.pid(), SIGHUP);
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 1)) << node.log();
+  const std::string py = "import os\ndef main(args):\n    return os.path.exists('/etc/nsbox-tree-b')";
+  const std::string js = "function main(args) { return require('fs').existsSync('/etc/nsbox-tree-b'); }";
+  // Where each language's run was, and how it came.
+  const auto runs = [&] {
+    const json p = run_v1(node, py), j = run_v1(node, js, "javascript");
+    return std::vector<json>{p["return"], p["pool"], j["return"], j["pool"]};
+  };
+  EXPECT_EQ(runs(), (std::vector<json>{false, "warm", false, "warm"}));  // python forked ahead by the fork server
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
-  EXPECT_EQ(run_v1(node, py)["pool"], "warm") << "the reload warmed the new tree";
-  EXPECT_EQ(run_v1(node, js, "javascript")["pool"], "warm");
+
+  point_at("tree.b");
+  EXPECT_EQ(runs(), (std::vector<json>{true, "cold", true, "cold"})) << "served on or from the old tree";
+  EXPECT_NE(node.log().find("no longer resolves to " + a), std::string::npos) << node.log();
+  // The old key's idle sandboxes end (an operator, the OOM killer): none
+  // is started again on the tree the name now points at.
+  for (pid_t init : descendants_with_cmdline(node.pid(), "nsbox-init")) ::kill(init, SIGKILL);
+  std::this_thread::sleep_for(1s);
+
+  point_at("tree.a");  // rolled back, no reload
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  EXPECT_EQ(runs(), (std::vector<json>{false, "warm", false, "warm"})) << "a sandbox of tree a's key built on tree b";
+
+  point_at("tree.b");
+  ::kill(node.pid(), SIGHUP);
+  for (int i = 0; i < 500 && node.log().find("reloaded") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_NE(node.log().find("reloaded"), std::string::npos) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  EXPECT_EQ(runs(), (std::vector<json>{true, "warm", true, "warm"})) << "the reload warmed the new tree";
 }
 
 TEST(PoolRefill, AtMostTwoSandboxesPerKeyStartAtOnce) {
