@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -193,32 +195,72 @@ namespace {
 // it, every process of every pid namespace is in /proc.
 constexpr ino_t kInitPidNamespace = 0xEFFFFFFCU;
 
-// Whether a process of the pid namespace with inode ns is in this /proc:
-// one scan, made only for a run name of another namespace.
-bool pid_namespace_has_a_process(const std::string& ns) {
-  bool found = false;
+// Every process in this /proc by the inode of its pid namespace; one
+// listing serves a second of a sweep's live names (it asks for each run
+// name it finds).
+struct PidNamespaces {
+  std::map<std::string, std::vector<std::string>> pids;  // namespace inode -> /proc entries
+  std::vector<std::string> unreadable;                   // processes whose namespace cannot be told
+  bool listed = false;
+  std::chrono::steady_clock::time_point taken;
+};
+
+PidNamespaces take_pid_namespaces() {
+  PidNamespaces out;
+  out.taken = std::chrono::steady_clock::now();
   DIR* proc = ::opendir("/proc");
-  if (!proc) return true;  // cannot tell: keep
+  if (!proc) return out;
+  out.listed = true;
   while (dirent* e = ::readdir(proc)) {
     if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
     struct stat st {};
-    if (::stat((std::string("/proc/") + e->d_name + "/ns/pid").c_str(), &st) == 0 && std::to_string(st.st_ino) == ns) {
-      found = true;
-      break;
-    }
+    if (::stat((std::string("/proc/") + e->d_name + "/ns/pid").c_str(), &st) == 0)
+      out.pids[std::to_string(st.st_ino)].emplace_back(e->d_name);
+    else if (errno != ENOENT && errno != ESRCH)
+      out.unreadable.emplace_back(e->d_name);  // e.g. one root may not trace
   }
   ::closedir(proc);
-  return found;
+  return out;
 }
 
-// A run of another pid namespace: its pid and start time would name some
-// other process here, or none. It is the owner's while its namespace has
-// a process, and when this one cannot see them all (not the host's first
-// pid namespace), it is left to an nsbox of its own.
-bool other_namespace_run_alive(const std::string& ns) {
+// The last NSpid of /proc/PID/status: its pid in its own namespace.
+std::string innermost_pid(const std::string& proc_pid) {
+  std::string text;
+  if (!try_read_text("/proc/" + proc_pid + "/status", &text)) return "";
+  const size_t at = text.find("\nNSpid:");
+  if (at == std::string::npos) return "";
+  const std::string line = text.substr(at + 7, text.find('\n', at + 1) - at - 7);
+  const size_t last = line.find_last_of(" \t");
+  return last == std::string::npos ? line : line.substr(last + 1);
+}
+
+// A run of another pid namespace: its pid and start time name a process
+// of that namespace, which this one finds by its NSpid (a namespace's
+// inode is soon reused, so the namespace alone proves nothing). Only from
+// the host's first pid namespace, which sees every process, is a run whose
+// owner is not found taken for a dead one's; otherwise it is left to an
+// nsbox of its own. A process whose namespace cannot be read counts as
+// the owner when its NSpid and start time are the owner's.
+bool other_namespace_run_alive(const std::string& ns, const std::string& pid, const std::string& start) {
   struct stat own {};
-  if (::stat("/proc/self/ns/pid", &own) != 0 || own.st_ino != kInitPidNamespace) return true;
-  return pid_namespace_has_a_process(ns);
+  if (ns == "0" || ::stat("/proc/self/ns/pid", &own) != 0 || own.st_ino != kInitPidNamespace) return true;
+  static std::mutex mutex;
+  static PidNamespaces seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto is_owner = [&](const std::string& p) {
+    return innermost_pid(p) == pid && proc_stat_field(static_cast<pid_t>(std::stol(p)), 22) == start;
+  };
+  const auto owner_seen = [&] {
+    if (!seen.listed) return true;
+    if (std::any_of(seen.unreadable.begin(), seen.unreadable.end(), is_owner)) return true;
+    const auto members = seen.pids.find(ns);
+    return members != seen.pids.end() && std::any_of(members->second.begin(), members->second.end(), is_owner);
+  };
+  if (std::chrono::steady_clock::now() - seen.taken < std::chrono::seconds(1) && owner_seen()) return true;
+  // Dead is decided only on a listing taken after the run's name was
+  // found: an older one would miss a run started since.
+  seen = take_pid_namespaces();
+  return owner_seen();
 }
 
 }  // namespace
@@ -233,7 +275,7 @@ bool run_owner_alive(const std::string& run_name) {
   // The pid and start time are those of the owner's pid namespace.
   if (std::getline(in, n, '-') && std::getline(in, ns, '-') && ns.size() > 1 && ns[0] == 'p' &&
       ns.find_first_not_of("0123456789", 1) == std::string::npos && ns.substr(1) != own_pid_namespace())
-    return other_namespace_run_alive(ns.substr(1));
+    return other_namespace_run_alive(ns.substr(1), pid_text, start);
   pid_t pid = 0;
   try {
     pid = static_cast<pid_t>(std::stol(pid_text));

@@ -437,7 +437,11 @@ TEST_F(Cgroups, ALiveRunOfAnotherPidNamespaceIsNotSweptAndADeadOnesIs) {
   for (const auto& d : dirs) EXPECT_EQ(::access(d.c_str(), F_OK), 0) << d << " was swept under a live run";
   EXPECT_FALSE(host_pids_with_cmdline(marker).empty()) << "the other namespace's live run was killed";
 
-  // Killed without warning, with its namespace: then it is a crashed one's.
+  // Killed without warning, with its namespace: then it is a crashed one's,
+  // which only an nsbox that sees every process may judge.
+  struct stat own {};
+  ASSERT_EQ(::stat("/proc/self/ns/pid", &own), 0);
+  if (own.st_ino != 0xEFFFFFFCU) GTEST_SKIP() << "not in the host's first pid namespace: its runs are left alone";
   ::kill(unshare, SIGKILL);
   ::kill(inner[0], SIGKILL);
   wait_cli(unshare);
