@@ -56,6 +56,9 @@ const char* source_of(int resource) {
   }
 }
 
+// RLIMIT_NOFILE -> NOFILE, as systemd's LimitNOFILE= spells it.
+std::string systemd_suffix(const std::string& name) { return name.rfind("RLIMIT_", 0) == 0 ? name.substr(7) : name; }
+
 std::string rlim_text(rlim_t v) { return v == RLIM_INFINITY ? "unlimited" : std::to_string(v); }
 
 }  // namespace
@@ -70,7 +73,7 @@ void require_within_own_hard_limits(const std::vector<RlimitSetting>& settings) 
                    std::string(resource_name(s.resource)) + " " + rlim_text(s.value.rlim_max) + " (" +
                        source_of(s.resource) + ") is above nsbox's own hard limit " + rlim_text(own.rlim_max) +
                        ", which no process of the run may raise: raise nsbox's (ulimit -H, or Limit" +
-                       std::string(resource_name(s.resource) + 7) + "= in its systemd unit) or lower the run's",
+                       systemd_suffix(resource_name(s.resource)) + "= in its systemd unit) or lower the run's",
                    EPERM);
   }
 }
@@ -87,6 +90,11 @@ std::vector<RlimitSetting> charged_rlimits() {
 }
 
 std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
+  // A fixed ceiling of nsbox's own, never above nsbox's hard limit (a lower
+  // one is only stricter); the profile's limits are not lowered this way.
+  rlimit own{};
+  rlim_t locked = kRunLockedBytes;
+  if (::getrlimit(RLIMIT_MEMLOCK, &own) == 0 && own.rlim_max < locked) locked = own.rlim_max;
   return {
       {RLIMIT_CORE, {0, 0}},
       {RLIMIT_NOFILE, {limits.open_files, limits.open_files}},
@@ -97,7 +105,7 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
       // kernel's old default.
       {RLIMIT_RTPRIO, {0, 0}},
       {RLIMIT_NICE, {0, 0}},
-      {RLIMIT_MEMLOCK, {kRunLockedBytes, kRunLockedBytes}},
+      {RLIMIT_MEMLOCK, {locked, locked}},
   };
 }
 

@@ -2,6 +2,7 @@
 // never reused. Functional tests only (docs/PERFORMANCE.md has the timings).
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -73,6 +75,15 @@ TEST_P(Pool, WarmRunsAnswerInBothLanguages) {
 TEST_P(Pool, NoSandboxsPid1HoldsTheNodesFiles) {
   const std::vector<pid_t> inits = descendants_with_cmdline(node_.pid(), "nsbox-init");
   ASSERT_GE(inits.size(), GetParam() ? 3u : 2u) << "a PID 1 per waiting sandbox (and the fork server's)";
+  // What the node's stdio is, whatever kind of file (a pipe, a socket).
+  std::set<std::pair<dev_t, ino_t>> node_stdio;
+  for (int fd : {0, 1, 2}) {
+    struct stat st {};
+    if (::stat(("/proc/" + std::to_string(node_.pid()) + "/fd/" + std::to_string(fd)).c_str(), &st) == 0 &&
+        !S_ISCHR(st.st_mode))  // /dev/null is everyone's
+      node_stdio.insert({st.st_dev, st.st_ino});
+  }
+  ASSERT_FALSE(node_stdio.empty()) << "the node's log is a file";
   for (pid_t pid : inits) {
     const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
     for (const std::string& fd : dir_entries(fds)) {
@@ -80,6 +91,11 @@ TEST_P(Pool, NoSandboxsPid1HoldsTheNodesFiles) {
       const ssize_t n = ::readlink((fds + "/" + fd).c_str(), target, sizeof target - 1);
       if (n <= 0) continue;  // gone with its sandbox
       const std::string file(target, static_cast<size_t>(n));
+      struct stat st {};
+      if (::stat((fds + "/" + fd).c_str(), &st) == 0) {
+        EXPECT_EQ(node_stdio.count({st.st_dev, st.st_ino}), 0u)
+            << "PID 1 " << pid << " holds the node's stdio: " << file;
+      }
       EXPECT_TRUE(file[0] != '/' || file == "/dev/null") << "PID 1 " << pid << " holds fd " << fd << ": " << file
                                                          << " (the node's log is " << node_.dir() << "/node.log)";
     }
