@@ -552,7 +552,11 @@ void fork_server_keeper_main(const Launcher& launcher, const ParsedProfiles& pro
       spdlog::error("fork server of profile {} did not start serving within {} s; started again later",
                     entry.profile_name, kForkServerStartTimeout.count());
     }
-    Result r = zygote->finish(std::nullopt, std::chrono::milliseconds(1));
+    // Ended by itself: its end is collected (a bound of 1 ms could pass
+    // before PID 1's report is read, and say nothing of how); else stopped
+    // by us at once.
+    const bool ended = zygote->pidfd() >= 0 && readable_now(zygote->pidfd());
+    Result r = zygote->finish(std::nullopt, ended ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(1));
     if (r.status != RunStatus::kTimeout)  // anything but our own stop
       spdlog::error("fork server of profile {} ended: {} {}", entry.profile_name, how_it_ended(r),
                     printable(std::string_view(r.stderr_data).substr(0, 2000)));

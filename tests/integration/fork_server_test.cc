@@ -477,9 +477,11 @@ TEST_F(ForkServer, ReplacedWhenItDies) {
   }
   ASSERT_EQ(now.size(), 1u);
   EXPECT_NE(now[0], zygotes[0]);
-  // The node's log says how it ended (the reason was empty for a kill).
-  EXPECT_NE(node_.log().find("fork server of profile forked ended: killed by signal 9"), std::string::npos)
-      << node_.log();
+  // The node's log says how it ended (the reason was empty for a kill),
+  // once its keeper has collected it.
+  const std::string said = "fork server of profile forked ended: killed by signal 9";
+  for (int i = 0; i < 1500 && node_.log().find(said) == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(node_.log().find(said), std::string::npos) << node_.log();
   ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 4)) << node_.log();
   json r = run_as(node_, "def main(args):\n    return 7", true);
   EXPECT_EQ(r["return"], 7) << r.dump();
