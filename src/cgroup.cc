@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -338,12 +340,21 @@ std::string join_cgroup_path(const MountEntry& m, const std::string& cgroup_path
   return m.mount_point + rel;
 }
 
+// nsbox's processes that moved into their own cgroup's supervisor leaf
+// (move_into_supervisor_leaf) make their runs beside it.
+std::string without_supervisor_leaf(const std::string& v2_path) {
+  const std::string leaf = std::string("/") + kSupervisorLeaf;
+  if (v2_path.size() > leaf.size() && v2_path.compare(v2_path.size() - leaf.size(), leaf.size(), leaf) == 0)
+    return v2_path.substr(0, v2_path.size() - leaf.size());
+  return v2_path;
+}
+
 }  // namespace
 
 CgroupHost CgroupHost::detect(const std::string& v2_parent_override) {
   CgroupHost host;
   std::map<std::string, std::string> v1_paths = cgroup_paths_of(0);
-  const std::string v2_path = v1_paths[""];
+  const std::string v2_path = without_supervisor_leaf(v1_paths[""]);
   v1_paths.erase("");
   for (const auto& m : cgroup_mounts()) {
     if (m.fstype == "cgroup2") {
@@ -449,5 +460,55 @@ std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::
 }
 
 int remove_stale_run_cgroups(const CgroupHost& host) { return remove_stale_v2(host) + remove_stale_v1(host); }
+
+namespace {
+
+// nsbox's own cgroup directories that hold a run parent: v2 and the v1
+// hierarchies runs join.
+std::set<std::string> own_dirs(const CgroupHost& host) {
+  std::set<std::string> dirs;
+  if (host.v2_mount) dirs.insert(host.v2_self_dir);
+  for (const char* controller : kV1Controllers)
+    if (auto it = host.v1_self_dirs.find(controller); it != host.v1_self_dirs.end()) dirs.insert(it->second);
+  return dirs;
+}
+
+// A flock of a cgroup directory, released when it goes.
+UniqueFd lock_dir(const std::string& dir, int operation) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return fd;
+  int rc;
+  do rc = ::flock(fd.get(), operation);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) fd.reset();
+  return fd;
+}
+
+}  // namespace
+
+void remove_empty_run_parents(const CgroupHost& host) noexcept {
+  for (const auto& own : own_dirs(host)) {
+    // Fails (EBUSY) while any nsbox still has a run there. Unlocked, it is
+    // left: a creator may be between making it and its run.
+    if (UniqueFd lock = lock_dir(own, LOCK_EX)) ::rmdir((own + "/" + kParentName).c_str());
+  }
+}
+
+namespace cgroup_internal {
+
+void make_in_run_parent(const std::string& own_dir, const std::function<void()>& make_run) {
+  try {
+    make_run();  // the parent is there but for the first run and after a removal
+    return;
+  } catch (const SysError& e) {
+    if (e.err() != ENOENT && e.err() != ENODEV) throw;  // ENODEV: the parent is being removed
+  }
+  const UniqueFd lock = lock_dir(own_dir, LOCK_SH);
+  if (!lock) throw SysError("flock", own_dir, errno);
+  make_dir(own_dir + "/" + kParentName);
+  make_run();
+}
+
+}  // namespace cgroup_internal
 
 }  // namespace nsbox

@@ -3,7 +3,9 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,8 +56,24 @@ struct CgroupDir {
   std::vector<pid_t> members() const;                             // cgroup.procs
 };
 
+// The cgroup v1 hierarchies a run gets a cgroup in; cpuacct gives CPU
+// usage, freezer a clean kill.
+constexpr const char* kV1Controllers[] = {"memory", "cpu", "cpuacct", "pids", "freezer"};
+
 // The directory under nsbox's own cgroup that holds its run cgroups.
 constexpr const char* kParentName = "nsbox";
+// The leaf of nsbox's own cgroup that nsbox's processes move into on
+// cgroup v2, so that the cgroup may hand controllers down to run cgroups.
+// An nsbox started in it (a node's spawner, forked after the move) counts
+// the cgroup above as its own.
+constexpr const char* kSupervisorLeaf = "nsbox-supervisor";
+// Runs make_run, which makes a run's directory in own_dir's kParentName
+// directory (and on v2 first hands the controllers down to it). Another
+// nsbox sharing own_dir removes that parent when it ends and finds it empty
+// (remove_empty_run_parents), under an exclusive flock of own_dir. When the
+// parent is gone, make_run runs again under a shared flock, after the
+// parent is made: no removal comes between. Throws SysError.
+void make_in_run_parent(const std::string& own_dir, const std::function<void()>& make_run);
 
 // /proc/PID/cgroup (pid 0: this process) as controller -> path, relative
 // to this process's cgroup namespace; v2's line has the controller "".

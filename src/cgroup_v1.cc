@@ -20,9 +20,6 @@ using namespace cgroup_internal;
 
 namespace {
 
-// The hierarchies a run joins; cpuacct gives CPU usage, freezer a clean kill.
-constexpr const char* kV1Controllers[] = {"memory", "cpu", "cpuacct", "pids", "freezer"};
-
 bool any_member(const std::vector<CgroupDir>& dirs) {
   for (const auto& dir : dirs)
     if (!dir.members().empty()) return true;
@@ -158,15 +155,6 @@ class V1RunCgroup : public RunCgroup {
   std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
 };
 
-// Makes run_name under parent; parent itself only when it is missing (the
-// first run in this hierarchy), which saves a mkdir per run.
-void make_run_dir(const std::string& parent, const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST) return;
-  if (errno != ENOENT) throw SysError("mkdir", dir, errno);
-  make_dir(parent);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", dir, errno);
-}
-
 }  // namespace
 
 std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const CgroupLimits& limits,
@@ -175,9 +163,10 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
   for (const char* controller : kV1Controllers) {
     auto it = host.v1_self_dirs.find(controller);
     if (it == host.v1_self_dirs.end()) continue;
-    const std::string parent = it->second + "/" + kParentName;
-    const std::string dir = parent + "/" + run_name;
-    make_run_dir(parent, dir);
+    const std::string dir = it->second + "/" + kParentName + "/" + run_name;
+    make_in_run_parent(it->second, [&] {
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw SysError("mkdir", dir, errno);
+    });
     cg->add_dir(controller, dir);  // removed by cg's destructor on any throw below
   }
   if (limits.memory_bytes) {

@@ -19,9 +19,16 @@ using namespace cgroup_internal;
 
 namespace {
 
+// Moves this process into dir's leaf for nsbox's own processes.
+void join_supervisor_leaf(const std::string& dir) {
+  const std::string leaf = dir + "/" + kSupervisorLeaf;
+  make_dir(leaf);
+  write_text(leaf + "/cgroup.procs", std::to_string(::getpid()));
+}
+
 // Enables controllers for the children of dir. A cgroup that holds processes
 // may not enable them (the no-internal-processes rule): nsbox then moves
-// itself into a leaf "supervisor" first. Other programs' processes are never
+// itself into its leaf (kSupervisorLeaf) first. Other programs' processes are never
 // moved; if they share nsbox's cgroup, this fails with a clear message.
 void enable_controllers(const std::string& dir, const std::string& controllers) {
   const std::string control = dir + "/cgroup.subtree_control";
@@ -31,17 +38,16 @@ void enable_controllers(const std::string& dir, const std::string& controllers) 
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
   }
-  const std::string leaf = dir + "/supervisor";
-  make_dir(leaf);
-  write_text(leaf + "/cgroup.procs", std::to_string(::getpid()));
+  join_supervisor_leaf(dir);
   try {
     write_text(control, controllers);
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
     throw SysError("enable " + controllers + " in",
                    control +
-                       " (other processes share nsbox's cgroup; "
-                       "start nsbox in a cgroup of its own, e.g. a systemd unit with Delegate=yes)",
+                       " (other processes share nsbox's cgroup; start nsbox in a cgroup of its own: "
+                       "`systemd-run --scope -p Delegate=yes nsbox ...`, a systemd unit with Delegate=yes, "
+                       "or --cgroup-parent)",
                    EBUSY);
   }
 }
@@ -122,10 +128,11 @@ std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const Cg
   const std::string parent = host.v2_self_dir + "/" + kParentName;
   const std::string controllers = controller_list(limits);
   if (!controllers.empty()) enable_controllers(host.v2_self_dir, controllers);
-  make_dir(parent);
-  if (!controllers.empty()) write_text(parent + "/cgroup.subtree_control", controllers);
   const std::string dir = parent + "/" + run_name;
-  if (::mkdir(dir.c_str(), 0755) != 0) throw SysError("mkdir", dir, errno);
+  make_in_run_parent(host.v2_self_dir, [&] {
+    if (!controllers.empty()) write_text(parent + "/cgroup.subtree_control", controllers);
+    if (::mkdir(dir.c_str(), 0755) != 0) throw SysError("mkdir", dir, errno);
+  });
   UniqueFd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   auto cg = std::make_unique<V2RunCgroup>(dir, std::move(fd));  // removes dir on any throw below
   if (limits.memory_bytes) {
@@ -143,6 +150,17 @@ std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const Cg
   if (limits.pids) write_text(dir + "/pids.max", std::to_string(limits.pids));
   if (cg->clone_into_fd() < 0) throw SysError("open", dir, errno);
   return cg;
+}
+
+std::string move_into_supervisor_leaf(const CgroupHost& host) {
+  if (!host.v2_mount || host.v2_self_dir == *host.v2_mount) return "";  // the root cgroup is exempt
+  if (host.choose({"memory", "cpu", "pids"}) != "v2") return "";
+  try {
+    join_supervisor_leaf(host.v2_self_dir);
+    return "";
+  } catch (const SysError& e) {
+    return e.what();
+  }
 }
 
 int remove_stale_v2(const CgroupHost& host) {

@@ -1338,6 +1338,8 @@ int run_node(const NodeOptions& options) {
   // the config brings the tenants' tokens into its memory, of which the
   // spawner, its workers and every started sandbox's PID 1 are copies.
   raise_open_file_limit();
+  if (const std::string problem = move_into_supervisor_leaf(CgroupHost::detect()); !problem.empty())
+    spdlog::warn("cgroup v2: {}: runs with limits will fail to make their cgroups", problem);
   Spawner spawner = Spawner::fork_waiting();
   NodeConfig config = load_node_config(options);
   spawner.start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});

@@ -545,6 +545,8 @@ Launcher::Launcher(const LauncherOptions& options)
   stale_removed_ = remove_stale_run_cgroups(cgroups_) + remove_stale_workspaces(host_ids_.uid);
 }
 
+Launcher::~Launcher() { remove_empty_run_parents(cgroups_); }
+
 namespace {
 
 std::string join(const std::set<std::string>& items) {

@@ -726,6 +726,7 @@ std::optional<LauncherOptions> receive_options(int control) {
     }
   }
   remove_what_killed_workers_held(*launcher);
+  launcher.reset();  // every run is over: its cgroup parents go too
   ::_exit(0);
 }
 

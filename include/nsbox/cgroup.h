@@ -124,4 +124,20 @@ std::string next_run_cgroup_name();
 // Returns how many were removed.
 int remove_stale_run_cgroups(const CgroupHost& host);
 
+// On a host whose runs get their limits through cgroup v2, moves this
+// process from its own cgroup into the leaf "<own cgroup>/nsbox-supervisor": a
+// cgroup that holds processes cannot hand controllers down to the runs'
+// (the no-internal-processes rule). `nsbox run` moves itself when it first
+// makes a run cgroup; a node calls this before it forks its spawner, so that
+// its server leaves the cgroup as well (under systemd the unit's cgroup
+// holds both). Nothing to do in the root cgroup, which the rule exempts.
+// Returns "" or why the move failed (runs then fail naming the cgroup).
+std::string move_into_supervisor_leaf(const CgroupHost& host);
+
+// Removes nsbox's "nsbox" parent directories from its own cgroups when no
+// run is left in them, so that an nsbox that ends leaves no cgroup it made
+// behind. (On cgroup v2, the "nsbox-supervisor" leaf nsbox may have moved
+// itself into stays: a process cannot remove the cgroup it is in.)
+void remove_empty_run_parents(const CgroupHost& host) noexcept;
+
 }  // namespace nsbox

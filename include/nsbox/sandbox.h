@@ -103,6 +103,12 @@ class Launcher {
   // Detects the host's cgroups and removes run cgroups left by nsbox
   // processes that died without cleaning up.
   explicit Launcher(const LauncherOptions& options = {});
+  // Removes the cgroup parents runs were made in once no run is left there
+  // (remove_empty_run_parents). Processes forked from a launcher's owner
+  // leave with _exit and never get here.
+  ~Launcher();
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
 
   // Runs one sandbox to completion. cancel_fd, if >= 0, is polled: when it
   // becomes readable (e.g. a signalfd for SIGINT/SIGTERM) the sandbox is torn

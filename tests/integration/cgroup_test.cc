@@ -12,12 +12,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
+#include "node_process.h"
 #include "nsbox/cgroup.h"
 #include "nsbox/error.h"
 
@@ -486,6 +488,240 @@ TEST_F(Cgroups, NoRunOutlivesAnNsboxKilledDuringItsSetup) {
   for (pid_t survivor : host_pids_with_cmdline(marker)) ::kill(survivor, SIGKILL);
   // The next nsbox removes the killed ones' cgroups.
   EXPECT_EQ(run_cli({"run", "--rootfs", test_rootfs(), "--", "true"}).exit_code, 0);
+}
+
+// A cgroup of the test's own below the test's, in the v2 tree and every v1
+// hierarchy, for an nsbox that must be alone in its cgroup: what nsbox
+// leaves in it is seen and nothing of other tests is. Removed at the end,
+// with whatever was left in it.
+class OwnCgroup {
+ public:
+  // The v1 hierarchies nsbox makes run cgroups in (cpuset, which a process
+  // cannot join before its cpus are set, is not one).
+  static inline const std::set<std::string> kRunHierarchies = {"memory", "cpu", "cpuacct", "pids", "freezer"};
+
+  explicit OwnCgroup(const CgroupHost& host) : host_(host), name_(unique_token("nsbox-test-own-")) {
+    for (const auto& dir : dirs())
+      if (::mkdir(dir.c_str(), 0755) != 0) ADD_FAILURE() << "mkdir " << dir << ": " << std::strerror(errno);
+  }
+  ~OwnCgroup() {
+    for (const auto& dir : dirs()) {
+      for (const auto& sub : subdirs_left()) {
+        for (const auto& run : dir_entries(sub)) ::rmdir((sub + "/" + run).c_str());
+        ::rmdir(sub.c_str());
+      }
+      if (::rmdir(dir.c_str()) != 0) ADD_FAILURE() << "rmdir " << dir << ": " << std::strerror(errno);
+    }
+  }
+  // Its directories, one per hierarchy.
+  std::vector<std::string> dirs() const {
+    std::set<std::string> out;
+    if (host_.v2_mount) out.insert(host_.v2_self_dir + "/" + name_);
+    for (const auto& [controller, dir] : host_.v1_self_dirs)
+      if (kRunHierarchies.contains(controller)) out.insert(dir + "/" + name_);
+    return {out.begin(), out.end()};
+  }
+  // The cgroup.procs files a process writes "0" to, to join it; on v2 its
+  // leaf v2_leaf instead when given.
+  std::vector<std::string> procs_files(const std::string& v2_leaf = "") const {
+    std::vector<std::string> out;
+    for (const auto& dir : dirs()) {
+      const bool v2 = host_.v2_mount && dir == host_.v2_self_dir + "/" + name_;
+      out.push_back(dir + (v2 && !v2_leaf.empty() ? "/" + v2_leaf : "") + "/cgroup.procs");
+    }
+    return out;
+  }
+  // Cgroups below it, by path.
+  std::set<std::string> subdirs_left() const {
+    std::set<std::string> out;
+    for (const auto& dir : dirs()) {
+      for (const auto& entry : dir_entries(dir)) {
+        struct stat st {};
+        if (::stat((dir + "/" + entry).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) out.insert(dir + "/" + entry);
+      }
+    }
+    return out;
+  }
+  // What nsbox leaves when it ends: nothing, but on a host that limits
+  // runs through cgroup v2 the leaf its processes moved into.
+  std::set<std::string> expected_left() const {
+    if (host_.choose({"memory", "cpu", "pids"}) != "v2") return {};
+    return {host_.v2_self_dir + "/" + name_ + "/nsbox-supervisor"};
+  }
+  // The host as an nsbox in this cgroup sees it.
+  CgroupHost as_host() const {
+    CgroupHost own = host_;
+    if (own.v2_mount) own.v2_self_dir += "/" + name_;
+    std::erase_if(own.v1_self_dirs, [](const auto& entry) { return !kRunHierarchies.contains(entry.first); });
+    for (auto& [controller, dir] : own.v1_self_dirs) dir += "/" + name_;
+    return own;
+  }
+
+ private:
+  const CgroupHost& host_;
+  std::string name_;
+};
+
+std::string joined(const std::set<std::string>& v) { return joined(std::vector<std::string>(v.begin(), v.end())); }
+
+// `nsbox run -- RUN_ARGS` started in the cgroup whose cgroup.procs files
+// are procs (through a shell that joins it and execs nsbox), its stdin a
+// pipe the caller holds (*stdin_fd), its stdout /dev/null, its stderr
+// stderr_file when given.
+pid_t nsbox_run_in(const std::vector<std::string>& procs, const std::vector<std::string>& run_args, int* stdin_fd,
+                   const std::string& stderr_file = "") {
+  std::string script = "for f in";
+  for (const auto& p : procs) script += " '" + p + "'";
+  script += "; do echo 0 > \"$f\" || exit 99; done; r=$1; shift; exec \"$0\" run --rootfs \"$r\" -- \"$@\"";
+  std::vector<std::string> args = {"/bin/sh", "-c", script, NSBOX_BINARY, test_rootfs()};
+  args.insert(args.end(), run_args.begin(), run_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int in[2];
+  EXPECT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(::open("/dev/null", O_WRONLY), 1);
+    if (!stderr_file.empty()) ::dup2(::open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(126);
+  }
+  ::close(in[0]);
+  *stdin_fd = in[1];
+  return pid;
+}
+
+// An nsbox that ends removes the parent it made its runs in, unless another
+// nsbox still has a run there; the last one leaves nothing. (Two `nsbox
+// run` at once in one cgroup: on v2 the second starts in the leaf the first
+// moved into, as the cgroup then admits no process.)
+TEST_F(Cgroups, NsboxRunsThatEndLeaveNoCgroupTheyMadeBehind) {
+  OwnCgroup own(launcher().cgroup_host());
+  int first_in = -1, second_in = -1;
+  // The first holds its run until its stdin closes.
+  const pid_t first = nsbox_run_in(own.procs_files(), {"head", "-c", "1"}, &first_in);
+  std::set<std::string> parents_seen;
+  for (int i = 0; i < 3000 && parents_seen.empty(); ++i) {
+    for (const auto& sub : own.subdirs_left())
+      if (sub.ends_with("/nsbox") && !dir_entries(sub).empty()) parents_seen.insert(sub);
+    if (parents_seen.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(parents_seen.empty()) << "the first run's cgroup never appeared in the test's cgroup";
+  const bool v2 = !own.expected_left().empty();
+  const pid_t second = nsbox_run_in(own.procs_files(v2 ? "nsbox-supervisor" : ""), {"true"}, &second_in);
+  ::close(second_in);
+  EXPECT_EQ(wait_cli(second), 0);
+  for (const auto& parent : parents_seen)
+    EXPECT_FALSE(dir_entries(parent).empty()) << parent << ": the second nsbox took the first's parent or run";
+  ::close(first_in);
+  EXPECT_EQ(wait_cli(first), 0) << "the first run did not survive the second nsbox's end";
+  EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
+}
+
+// On cgroup v2 a cgroup that holds another program's process cannot hand
+// controllers down (the no-internal-processes rule), and nsbox never moves
+// other programs' processes: `nsbox run` from a login shell is refused,
+// saying why and what to do, and the other process stays where it was. On
+// v1 there is no such rule and the run goes ahead.
+TEST_F(Cgroups, NsboxRunInACgroupSharedWithAnotherProgram) {
+  OwnCgroup own(launcher().cgroup_host());
+  const std::vector<std::string> procs = own.procs_files();
+  const pid_t other = ::fork();
+  if (other == 0) {
+    for (const auto& p : procs) {
+      const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) ::_exit(99);
+      ::close(fd);
+    }
+    ::pause();
+    ::_exit(0);
+  }
+  const std::string own_v2_path = own.dirs().front().substr(own.dirs().front().rfind('/'));
+  for (int i = 0; i < 500 && slurp("/proc/" + std::to_string(other) + "/cgroup").find(own_v2_path) == std::string::npos;
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  TempDir tmp;
+  const std::string err_file = tmp.path() + "/stderr";
+  int in = -1;
+  const pid_t nsbox = nsbox_run_in(procs, {"true"}, &in, err_file);
+  ::close(in);
+  const int code = wait_cli(nsbox);
+  const std::string err = slurp(err_file);
+  const std::string other_cgroups = slurp("/proc/" + std::to_string(other) + "/cgroup");
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  if (own.expected_left().empty()) {
+    EXPECT_EQ(code, 0) << err;
+    return;
+  }
+  EXPECT_NE(code, 0);
+  EXPECT_NE(err.find("other processes share nsbox's cgroup"), std::string::npos) << err;
+  EXPECT_NE(err.find("systemd-run --scope -p Delegate=yes"), std::string::npos) << err;
+  std::istringstream lines(other_cgroups);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("0::", 0) == 0) {
+      EXPECT_TRUE(line.ends_with(own_v2_path)) << "the other process was moved: " << line;
+    }
+}
+
+// The parent goes whenever an nsbox sharing the cgroup ends with no run in
+// it, maybe between another one's mkdir of the parent and of its run: runs
+// are made all the same.
+TEST_F(Cgroups, ARunIsMadeWhileAnotherNsboxRemovesTheEmptyParent) {
+  OwnCgroup own(launcher().cgroup_host());
+  const CgroupHost host = own.as_host();
+  const std::string version = host.choose({"memory", "cpu", "pids"});
+  std::atomic<bool> done{false};
+  std::atomic<int> removals{0};
+  std::thread other_nsbox([&] {
+    for (; !done; ++removals) remove_empty_run_parents(host);
+  });
+  int made = 0;
+  for (int i = 0; i < 150; ++i) {
+    try {
+      create_run_cgroup(host, version, CgroupLimits{.memory_bytes = 64 << 20, .pids = 16, .cpus = 1},
+                        next_run_cgroup_name());
+      ++made;
+    } catch (const SysError& e) {
+      ADD_FAILURE() << "run " << i << ": " << e.what();
+      break;
+    }
+  }
+  done = true;
+  other_nsbox.join();
+  EXPECT_EQ(made, 150);
+  EXPECT_GT(removals, 150);
+  remove_empty_run_parents(host);
+  EXPECT_EQ(own.subdirs_left(), std::set<std::string>{}) << joined(own.subdirs_left());
+}
+
+// A node started alone in a cgroup (a systemd unit with Delegate=yes): on
+// cgroup v2 the cgroup holds its server and spawner, and could not hand
+// the controllers down to runs unless both leave it. Its runs get their
+// limits, and once it stops nothing it made is left but that leaf.
+TEST_F(Cgroups, ANodeAloneInItsCgroupRunsWithLimitsAndLeavesNothingWhenStopped) {
+  OwnCgroup own(launcher().cgroup_host());
+  std::vector<pid_t> spawner;
+  {
+    NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n", "",
+                     own.procs_files());
+    ASSERT_TRUE(node.ready()) << node.log();
+    spawner = children_of(node.pid());
+    auto r = post(node.client(), "/run",
+                  request("class Args:\n    def __init__(self, inputs):\n        self.num = inputs['num']\n"
+                          "def main(args):\n    return args.num * 2",
+                          {{"num", 21}}));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["return"], 42) << r->body;
+    EXPECT_TRUE(wait_metric(node, "nsbox_pool_idle", 1)) << "no warm sandbox to tear down at the stop";
+    EXPECT_EQ(node.stop(SIGTERM), 0) << node.log();
+  }
+  for (int i = 0; i < 1500 && !spawner.empty() && ::kill(spawner[0], 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
 }
 
 // A host whose cgroups offer no controllers (v2 mounted, nothing delegated).

@@ -71,8 +71,10 @@ class NodeProcess {
  public:
   // config: the node config's text without listeners (added here), or "" for
   // the built-in config with --listen.
-  explicit NodeProcess(const std::string& config_body = "", const std::string& extra_listeners = "")
-      : port_(free_port()) {
+  // join_cgroups: cgroup.procs files the node joins before it starts.
+  explicit NodeProcess(const std::string& config_body = "", const std::string& extra_listeners = "",
+                       std::vector<std::string> join_cgroups = {})
+      : port_(free_port()), join_cgroups_(std::move(join_cgroups)) {
     tmp_ = dir_.path() + "/tmp";
     ::mkdir(tmp_.c_str(), 0755);
     log_ = dir_.path() + "/node.log";
@@ -163,6 +165,11 @@ class NodeProcess {
       // node goes with it instead of serving on with its sandboxes.
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() != test) ::_exit(126);
+      for (const auto& procs : join_cgroups_) {  // "0": the writer itself
+        const int cg = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+        if (cg < 0 || ::write(cg, "0", 1) != 1) ::_exit(125);
+        ::close(cg);
+      }
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -174,6 +181,7 @@ class NodeProcess {
 
   TempDir dir_;
   int port_;
+  std::vector<std::string> join_cgroups_;
   pid_t pid_ = -1;
   std::string tmp_;
   std::string log_;
