@@ -52,6 +52,7 @@ json run_started_record(const AuditContext& ctx, const std::string& profile, con
   j["credential"] = credential_of(ctx.tenant, ctx.by_token);
   j["profile"] = profile;
   j["profile_sha256"] = ctx.profile_sha256;
+  j["rootfs"] = ctx.rootfs;
   j["language"] = language;
   j["api"] = ctx.api;
   j["client"] = ctx.client;
@@ -71,6 +72,7 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["credential"] = credential_of(ctx.tenant, ctx.by_token);
   j["profile"] = get("profile");
   j["profile_sha256"] = ctx.profile_sha256;
+  j["rootfs"] = ctx.rootfs;
   j["language"] = get("language");
   j["api"] = ctx.api;
   j["client"] = ctx.client;

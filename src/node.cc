@@ -750,6 +750,7 @@ AuditContext audit_context(const std::string& api, const TenantConfig& tenant, c
   ctx.client = req.remote_addr;
   ctx.code_sha256 = sha256_hex(job.request.exec.code);
   ctx.profile_sha256 = tenant.profile_sha256;  // the tenant the job was made from
+  ctx.rootfs = job.rootfs_tree;
   ctx.input_bytes = job.request.exec.inputs.dump().size();
   return ctx;
 }
@@ -876,7 +877,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
           tenant->profile_yaml,
           std::move(*decoded.request),
           rootfs_path(tenant->profile),
-          ""};
+          current_rootfs_tree(rootfs_path(tenant->profile))};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
   const AuditContext ctx = audit_context(native ? "v1" : "run", *tenant, req, job);
   if (auto log = audit();

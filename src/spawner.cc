@@ -793,11 +793,8 @@ bool Spawner::alive() const {
 JobResult Spawner::run(const Job& job, int cancel_fd) const {
   // Encoded before the spawner is told: it waits for the routing header
   // with a deadline, and its loop serves every other job meanwhile.
-  const std::string tree = current_rootfs_tree(job.rootfs);
-  const std::string key = pool_key(job.profile_yaml, job.request.exec.language, tree);
-  json encoded = encode_job(job);
-  if (!job.rootfs.empty()) encoded["rootfs_tree"] = tree;  // a cold run is built on the tree it was routed by
-  const std::string text = encoded.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string key = pool_key(job.profile_yaml, job.request.exec.language, job.rootfs_tree);
+  const std::string text = encode_job(job).dump(-1, ' ', false, json::error_handler_t::replace);
   // The routing header (the spawner reads it and gives the job to a warm
   // sandbox of this key when one is ready) with the job's size, which the
   // sandbox's worker reads before the text.

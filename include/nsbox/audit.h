@@ -27,6 +27,7 @@ struct AuditContext {
   std::string client;     // the peer address
   std::string code_sha256;
   std::string profile_sha256;  // of the profile as the run used it (a reload may change it, not its name)
+  std::string rootfs;          // the tree the run's root was made of: its rootfs path resolved
   uint64_t input_bytes = 0;    // the inputs object as JSON
   double duration_s = 0;       // admission to result
   uint64_t answer_bytes = 0;   // the answer's body: the return value, or the whole result (/v1/runs)
@@ -39,13 +40,14 @@ struct AuditContext {
 nlohmann::ordered_json event_record(const char* event);
 
 // {"time", "event": "run_started", "run_id", "tenant", "credential", "profile",
-//  "profile_sha256", "language", "api", "client", "code_sha256",
+//  "profile_sha256", "rootfs", "language", "api", "client", "code_sha256",
 //  "input_bytes"}: written as the run is given its sandbox, so that a run
 //  the node does not live to finish is on record.
 nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::string& profile,
                                           const std::string& language);
 
-// {"time", "event": "run", "run_id", "tenant", "credential", "profile", "profile_sha256", "language", "api", "client",
+// {"time", "event": "run", "run_id", "tenant", "credential", "profile", "profile_sha256", "rootfs", "language", "api",
+//  "client",
 //  "code_sha256", "input_bytes", "status", "error_type", "exit_code",
 //  "signal", "killed_by", "duration_ms", "wall_ms", "cpu_ms", "peak_memory_bytes",
 //  "limits_hit", "warnings", "limits", "answer_bytes", "stdout_bytes",

@@ -34,8 +34,11 @@ struct Job {
   std::string profile_name;  // for errors
   std::string profile_yaml;  // the resolved profile (to_yaml), loaded by the worker
   RunRequest request;
-  std::string rootfs;       // the profile's rootfs as named (rootfs_path), for routing
-  std::string rootfs_tree;  // what it resolved to when routed: the tree a cold run is built on
+  std::string rootfs;  // the profile's rootfs as named (rootfs_path), for routing
+  // What rootfs resolved to as the node admitted the run (current_rootfs_tree):
+  // the tree of its pool key, the tree a cold run is built on, and the
+  // audit records' "rootfs".
+  std::string rootfs_tree;
 };
 
 // What a worker answers: to_json(ExecOutcome) plus "exit_code", "signal",

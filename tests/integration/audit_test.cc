@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -144,6 +145,9 @@ TEST(NodeAudit, ARunTheNodeDoesNotLiveToFinishIsOnRecord) {
   EXPECT_EQ(started[0]["language"], "python");
   EXPECT_EQ(started[0]["code_sha256"].get<std::string>().size(), 64u);
   EXPECT_EQ(started[0]["run_id"].get<std::string>().size(), 32u);
+  // The tree the run was made of, not the name that points to it (which
+  // tools/build-rootfs moves to a new tree).
+  EXPECT_EQ(started[0]["rootfs"], std::filesystem::canonical(NSBOX_DEFAULT_ROOTFS).string()) << started[0];
   EXPECT_TRUE(records_of(path, "run").empty()) << slurp(path);
 }
 

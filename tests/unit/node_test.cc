@@ -641,6 +641,7 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
                    .client = "127.0.0.1",
                    .code_sha256 = "abc",
                    .profile_sha256 = "def",
+                   .rootfs = "/var/lib/nsbox/rootfs/default.5db4d2ad1d1a",
                    .input_bytes = 12,
                    .duration_s = 0.0425,
                    .answer_bytes = 31};
@@ -668,6 +669,7 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["language"], "python");
   EXPECT_EQ(r["code_sha256"], "abc");
   EXPECT_EQ(r["profile_sha256"], "def");
+  EXPECT_EQ(r["rootfs"], "/var/lib/nsbox/rootfs/default.5db4d2ad1d1a");
   EXPECT_EQ(r["input_bytes"], 12);
   EXPECT_EQ(r["status"], "ok");
   EXPECT_EQ(r["exit_code"], 0);
