@@ -26,10 +26,33 @@ void join_supervisor_leaf(const std::string& dir) {
   write_text(leaf + "/cgroup.procs", std::to_string(::getpid()));
 }
 
+// The refusal when processes other than nsbox's share its cgroup.
+SysError shared_cgroup_error(const std::string& control, const std::string& controllers, const std::string& others) {
+  return SysError("enable " + controllers + " in",
+                  control + " (other processes share nsbox's cgroup" + (others.empty() ? "" : ": pids " + others) +
+                      "; start nsbox in a cgroup of its own: "
+                      "`systemd-run --scope -p Delegate=yes nsbox ...`, a systemd unit with Delegate=yes, "
+                      "or --cgroup-parent)",
+                  EBUSY);
+}
+
+// The processes of dir other than this one, as "1, 2, 3" (at most 5).
+std::string other_members(const std::string& dir) {
+  std::string out;
+  int listed = 0;
+  for (pid_t pid : read_pids(dir + "/cgroup.procs")) {
+    if (pid == ::getpid()) continue;
+    if (++listed > 5) return out + ", ...";
+    out += (out.empty() ? "" : ", ") + std::to_string(pid);
+  }
+  return out;
+}
+
 // Enables controllers for the children of dir. A cgroup that holds processes
 // may not enable them (the no-internal-processes rule): nsbox then moves
-// itself into its leaf (kSupervisorLeaf) first. Other programs' processes are never
-// moved; if they share nsbox's cgroup, this fails with a clear message.
+// itself into its leaf (kSupervisorLeaf) first. Other programs' processes
+// are never moved: if they share nsbox's cgroup, this fails with a clear
+// message, and nsbox stays where it is (it makes no leaf for nothing).
 void enable_controllers(const std::string& dir, const std::string& controllers) {
   const std::string control = dir + "/cgroup.subtree_control";
   try {
@@ -38,17 +61,14 @@ void enable_controllers(const std::string& dir, const std::string& controllers) 
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
   }
+  if (const std::string others = other_members(dir); !others.empty())
+    throw shared_cgroup_error(control, controllers, others);
   join_supervisor_leaf(dir);
   try {
     write_text(control, controllers);
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
-    throw SysError("enable " + controllers + " in",
-                   control +
-                       " (other processes share nsbox's cgroup; start nsbox in a cgroup of its own: "
-                       "`systemd-run --scope -p Delegate=yes nsbox ...`, a systemd unit with Delegate=yes, "
-                       "or --cgroup-parent)",
-                   EBUSY);
+    throw shared_cgroup_error(control, controllers, "");  // one came in meanwhile
   }
 }
 

@@ -623,7 +623,8 @@ TEST_F(Cgroups, NsboxRunsThatEndLeaveNoCgroupTheyMadeBehind) {
 // On cgroup v2 a cgroup that holds another program's process cannot hand
 // controllers down (the no-internal-processes rule), and nsbox never moves
 // other programs' processes: `nsbox run` from a login shell is refused,
-// saying why and what to do, and the other process stays where it was. On
+// saying why, which processes and what to do; the other process stays
+// where it was, and nsbox makes no cgroup for nothing. On
 // v1 there is no such rule and the run goes ahead.
 TEST_F(Cgroups, NsboxRunInACgroupSharedWithAnotherProgram) {
   OwnCgroup own(launcher().cgroup_host());
@@ -657,7 +658,9 @@ TEST_F(Cgroups, NsboxRunInACgroupSharedWithAnotherProgram) {
     return;
   }
   EXPECT_NE(code, 0);
-  EXPECT_NE(err.find("other processes share nsbox's cgroup"), std::string::npos) << err;
+  EXPECT_NE(err.find("other processes share nsbox's cgroup: pids " + std::to_string(other) + ";"), std::string::npos)
+      << err;
+  EXPECT_EQ(own.subdirs_left(), std::set<std::string>{}) << "a refused nsbox made a cgroup";
   EXPECT_NE(err.find("systemd-run --scope -p Delegate=yes"), std::string::npos) << err;
   std::istringstream lines(other_cgroups);
   for (std::string line; std::getline(lines, line);)
