@@ -28,10 +28,22 @@ std::string utc_timestamp() {
   return buf;
 }
 
+namespace {
+
+std::string& node_id_storage() {
+  static std::string id;
+  return id;
+}
+
+}  // namespace
+
+void set_audit_node_id(std::string id) { node_id_storage() = std::move(id); }
+
 json event_record(const char* event) {
   json j;
   j["time"] = utc_timestamp();
   j["event"] = event;
+  if (!node_id_storage().empty()) j["node"] = node_id_storage();
   return j;
 }
 
@@ -64,9 +76,7 @@ json run_started_record(const AuditContext& ctx, const std::string& profile, con
 json audit_record(const AuditContext& ctx, const json& r) {
   auto get = [&](const char* key) { return r.contains(key) ? r[key] : json(nullptr); };
   json usage = r.contains("usage") ? r["usage"] : json::object();
-  json j;
-  j["time"] = utc_timestamp();
-  j["event"] = "run";
+  json j = event_record("run");
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
   j["credential"] = credential_of(ctx.tenant, ctx.by_token);
@@ -141,11 +151,10 @@ std::vector<json> egress_audit_records(const AuditContext& ctx, const json& r) {
   if (!r.contains("network") || !r["network"].is_object()) return out;
   const json& connections = r["network"].value("connections", json::array());
   for (const auto& c : connections) {
-    json j;
+    json j = event_record("egress");
     // When the proxy decided, not when the run's end wrote the line.
     const json& decided = c.contains("time") ? c["time"] : json(nullptr);
-    j["time"] = decided.is_string() && !decided.get_ref<const std::string&>().empty() ? decided : json(utc_timestamp());
-    j["event"] = "egress";
+    if (decided.is_string() && !decided.get_ref<const std::string&>().empty()) j["time"] = decided;
     j["run_id"] = ctx.run_id;
     j["tenant"] = ctx.tenant;
     for (const char* key : {"protocol", "host", "port", "address", "verdict", "reason", "bytes_sent", "bytes_received"})
@@ -156,9 +165,7 @@ std::vector<json> egress_audit_records(const AuditContext& ctx, const json& r) {
 }
 
 json refusal_record(const RefusalContext& ctx) {
-  json j;
-  j["time"] = utc_timestamp();
-  j["event"] = "refused";
+  json j = event_record("refused");
   j["client"] = ctx.client;
   auto cut = [](const std::string& text) { return text.substr(0, kAuditFieldMax); };
   j["method"] = ctx.method.empty() ? json(nullptr) : json(cut(ctx.method));  // none: cut before its head was read

@@ -218,11 +218,14 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   ArrivalWatch watch_;  // last: its thread queues into the members above
 };
 
-std::string new_run_id() {
+// n random bytes as hex: run ids (16) and node ids (8).
+std::string random_hex_id(size_t n, const char* what) {
   unsigned char bytes[16];
-  if (::getrandom(bytes, sizeof bytes, 0) != sizeof bytes) throw SysError("getrandom", "run id", errno);
-  return to_hex(bytes, sizeof bytes);
+  if (n > sizeof bytes || ::getrandom(bytes, n, 0) != static_cast<ssize_t>(n)) throw SysError("getrandom", what, errno);
+  return to_hex(bytes, n);
 }
+
+std::string new_run_id() { return random_hex_id(16, "run id"); }
 
 std::string error_body(const std::string& message) { return platform_answer(nullptr, message); }
 
@@ -1106,6 +1109,8 @@ std::vector<PoolEntry> pool_entries(const NodeConfig& c) {
 json config_record(const char* event, const NodeConfig& c) {
   json j = event_record(event);
   j["pid"] = ::getpid();
+  char host[256] = {};
+  j["hostname"] = ::gethostname(host, sizeof host - 1) == 0 ? json(host) : json(nullptr);
   std::error_code ec;
   const auto absolute = std::filesystem::absolute(c.source, ec);
   j["config"] = c.source.empty() || c.source.front() == '<' || ec ? c.source : absolute.lexically_normal().string();
@@ -1339,6 +1344,7 @@ int run_node(const NodeOptions& options) {
   // the config brings the tenants' tokens into its memory, of which the
   // spawner, its workers and every started sandbox's PID 1 are copies.
   raise_open_file_limit();
+  set_audit_node_id(random_hex_id(8, "node id"));
   if (const std::string problem = move_into_supervisor_leaf(CgroupHost::detect()); !problem.empty())
     spdlog::warn("cgroup v2: {}: runs with limits will fail to make their cgroups", problem);
   Spawner spawner = Spawner::fork_waiting();

@@ -36,8 +36,12 @@ struct AuditContext {
   const char* killed_by = nullptr;
 };
 
-// {"time", "event"}: the start of every record.
+// {"time", "event", "node"}: the start of every record. "node" is the id of
+// the node process that wrote it (set_audit_node_id), absent until set.
 nlohmann::ordered_json event_record(const char* event);
+// Names this process's node in every record from now on: records of nodes
+// sharing a log, or of a node's successive starts, can be told apart.
+void set_audit_node_id(std::string id);
 
 // {"time", "event": "run_started", "run_id", "tenant", "credential", "profile",
 //  "profile_sha256", "rootfs", "language", "api", "client", "code_sha256",

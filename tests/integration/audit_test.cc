@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +78,9 @@ TEST(NodeAudit, StartReloadsAndStopAreOnRecordAndAReloadCannotTurnTheLogOff) {
   const std::vector<json> started = wait_for_records(path, "node_started", 1);
   ASSERT_EQ(started.size(), 1u) << slurp(path);
   EXPECT_EQ(started[0]["pid"], node.pid());
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_EQ(started[0]["hostname"], host);
   EXPECT_EQ(started[0]["config"], node.config_path());
   EXPECT_EQ(started[0]["listeners"], json::parse(R"([{"address": "127.0.0.1:)" + std::to_string(node.port()) +
                                                  R"(", "language": null, "anonymous_tenant": null}])"));
@@ -123,6 +127,21 @@ TEST(NodeAudit, StartReloadsAndStopAreOnRecordAndAReloadCannotTurnTheLogOff) {
   EXPECT_EQ(all[all.size() - 2]["event"], "node_stopping");
   EXPECT_EQ(all[all.size() - 2]["cause"], "SIGTERM");
   EXPECT_EQ(all.back()["event"], "node_stopped");
+  // Every record, of every kind, names the node that wrote it, third
+  // after its time and event; another start of it is another node.
+  const json node_id = started[0]["node"];
+  ASSERT_TRUE(node_id.is_string() && node_id.get<std::string>().size() == 16) << started[0];
+  std::istringstream lines(slurp(path));
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::ordered_json::parse(line);
+    EXPECT_EQ(record["node"], node_id) << line;
+    EXPECT_EQ(std::next(record.begin(), 2).key(), "node") << line;
+  }
+  NodeProcess again(tenants_config("audit.log"));
+  ASSERT_TRUE(again.ready()) << again.log();
+  const std::vector<json> restarted = wait_for_records(again.dir() + "/audit.log", "node_started", 1);
+  ASSERT_EQ(restarted.size(), 1u);
+  EXPECT_NE(restarted[0]["node"], node_id);
 }
 
 // A node killed mid-run cannot write the run's record; its start is there.

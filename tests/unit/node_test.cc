@@ -634,6 +634,22 @@ TEST(Metrics, RendersPrometheusText) {
   EXPECT_NE(text.find("nsbox_pool_fork_servers 2\n"), std::string::npos);
 }
 
+TEST(Audit, EveryRecordNamesTheNodeOnceItIsSet) {
+  EXPECT_FALSE(event_record("node_started").contains("node")) << "not a node: no node id";
+  set_audit_node_id("0123456789abcdef");
+  const auto started = event_record("node_started");
+  const auto run = audit_record(AuditContext{}, json::object());
+  const auto refused = refusal_record(RefusalContext{});
+  const auto egress = egress_audit_records(
+      AuditContext{}, json::parse(R"({"network": {"connections": [{"time": "2026-12-06T01:00:00.000Z"}]}})"));
+  set_audit_node_id("");
+  for (const auto& r : {started, run, refused, egress.at(0)}) {
+    EXPECT_EQ(r["node"], "0123456789abcdef") << r;
+    EXPECT_EQ(std::next(r.begin(), 2).key(), "node") << r;
+  }
+  EXPECT_EQ(egress[0]["time"], "2026-12-06T01:00:00.000Z") << "the proxy's decision time stays";
+}
+
 TEST(Audit, RecordCarriesTheRunsFacts) {
   AuditContext ctx{.run_id = "r1",
                    .tenant = "acme",
