@@ -362,6 +362,8 @@ CgroupHost CgroupHost::detect(const std::string& v2_parent_override) {
       host.v2_mount = m.mount_point;
       host.v2_self_dir = v2_parent_override.empty() ? join_cgroup_path(m, v2_path) : v2_parent_override;
       host.v2_controllers = split_words(read_text(host.v2_self_dir + "/cgroup.controllers"));
+      std::string root;
+      if (try_read_text(m.mount_point + "/cgroup.controllers", &root)) host.v2_root_controllers = split_words(root);
       continue;
     }
     for (const auto& opt : split_words([&] {

@@ -23,9 +23,11 @@
 #include "nsbox/cgroup.h"
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
+#include "nsbox/mounts.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/rlimits.h"
 #include "nsbox/sandbox.h"
+#include "nsbox/seccomp.h"
 #include "nsbox/unique_fd.h"
 #include "nsbox/units.h"
 #include "nsbox/userns.h"
@@ -195,6 +197,10 @@ void check_seccomp(Report& r) {
   r.out << "seccomp\n";
   int mode = ::prctl(PR_GET_SECCOMP, 0, 0, 0, 0);
   r.line(mode >= 0, true, "seccomp filters", mode >= 0 ? "available" : std::strerror(errno));
+  const std::string inherited = inherited_seccomp_warning();
+  r.line(inherited.empty(), false, "filters nsbox runs under", inherited.empty() ? "none" : inherited);
+  const std::string openat2 = openat2_problem();
+  r.line(openat2.empty(), true, "openat2", openat2.empty() ? "available" : openat2);
   std::string actions = read_file("/proc/sys/kernel/seccomp/actions_avail");
   r.line(actions.find("kill_process") != std::string::npos, true, "actions", actions);
   try {

@@ -142,6 +142,21 @@ UniqueFd open_no_symlinks(const std::string& path, const std::string& what) {
   return UniqueFd(static_cast<int>(fd));
 }
 
+std::string openat2_problem() {
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_SYMLINKS;
+  const long fd = ::syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
+  if (fd >= 0) {
+    ::close(static_cast<int>(fd));
+    return "";
+  }
+  if (errno != ENOSYS) return "";  // answered: the call itself is there
+  return "openat2(): Function not implemented: the kernel is older than 5.6, or nsbox runs under a seccomp "
+         "filter that refuses it (systemd's RestrictSUIDSGID= or SystemCallFilter=, a container runtime's "
+         "profile); nsbox opens the rootfs and every mount source with it, never following a symlink out";
+}
+
 namespace {
 
 // An O_PATH descriptor of path below dir, resolved as `resolve` says.

@@ -39,6 +39,7 @@
 #include "nsbox/metrics.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/request_head.h"
+#include "nsbox/seccomp.h"
 #include "nsbox/spawner.h"
 #include "nsbox/units.h"
 
@@ -1345,6 +1346,7 @@ int run_node(const NodeOptions& options) {
   // spawner, its workers and every started sandbox's PID 1 are copies.
   raise_open_file_limit();
   set_audit_node_id(random_hex_id(8, "node id"));
+  if (const std::string inherited = inherited_seccomp_warning(); !inherited.empty()) spdlog::warn("{}", inherited);
   if (const std::string problem = move_into_supervisor_leaf(CgroupHost::detect()); !problem.empty())
     spdlog::warn("cgroup v2: {}: runs with limits will fail to make their cgroups", problem);
   Spawner spawner = Spawner::fork_waiting();

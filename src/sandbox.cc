@@ -539,6 +539,8 @@ Launcher::Launcher(const LauncherOptions& options)
   // Supplementary groups survive into a user namespace (setgroups is denied
   // there), so a root supervisor drops its own before cloning any sandbox.
   if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) throw SysError("setgroups", "[]", errno);
+  // Said once here rather than as every run's "open rootfs" failure.
+  if (const std::string problem = openat2_problem(); !problem.empty()) throw std::runtime_error(problem);
   // A workload that closes its stdin early must not kill the supervisor
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
@@ -562,6 +564,19 @@ std::string describe_host_cgroups(const CgroupHost& host) {
          (host.v2_mount ? "at " + host.v2_self_dir + " offers {" + join(host.v2_controllers) + "}"
                         : std::string("is not mounted")) +
          "; cgroup v1 hierarchies: {" + v1 + "}";
+}
+
+// When the cgroup v2 root has controllers nsbox's own cgroup was not given,
+// the fix is a delegated cgroup, not running without the limits.
+std::string withheld_hint(const CgroupHost& host, const std::set<std::string>& missing) {
+  std::set<std::string> withheld;
+  for (const auto& c : missing)
+    if (host.v2_root_controllers.contains(c) && !host.v2_controllers.contains(c)) withheld.insert(c);
+  if (withheld.empty()) return "";
+  return "; the cgroup v2 root has " + join(withheld) +
+         ", but nsbox's cgroup was not given it (a systemd unit or scope without Delegate=yes): start nsbox in a "
+         "delegated cgroup (`systemd-run --scope -p Delegate=yes nsbox ...`, a unit with Delegate=yes) or give "
+         "it one with --cgroup-parent";
 }
 
 // What stands in, and what is lost, when a controller is missing.
@@ -596,8 +611,8 @@ std::unique_ptr<RunCgroup> Launcher::make_cgroup(const RunSpec& spec, std::vecto
   if (!unenforced.empty() && !spec.limits.best_effort) {
     throw SysError("cgroup",
                    "the run asks for " + join(unenforced) + " limits but this host has no " + join(unenforced) +
-                       " controller (" + describe_host_cgroups(cgroups_) +
-                       "); set limits.enforcement: best-effort to run without them",
+                       " controller (" + describe_host_cgroups(cgroups_) + ")" + withheld_hint(cgroups_, unenforced) +
+                       "; set limits.enforcement: best-effort to run without them",
                    ENOTSUP);
   }
   std::unique_ptr<RunCgroup> cgroup;

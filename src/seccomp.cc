@@ -6,6 +6,7 @@
 #include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <iterator>
 #include <memory>
 #include <set>
@@ -623,6 +625,19 @@ int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept {
   }
   if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) != 0) return errno;
   return 0;
+}
+
+std::string inherited_seccomp_warning() {
+  if (::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2) return "";
+  std::string count;  // "Seccomp_filters:\tN" (Linux 5.9 and later)
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Seccomp_filters:", 0) == 0) count = line.substr(line.find_first_not_of(" \t", 16));
+  return "nsbox runs under " + (count.empty() ? std::string("a") : count) +
+         " seccomp filter(s) it did not install (a service manager's SystemCallFilter=, RestrictSUIDSGID=, "
+         "ProtectHostname=..., or a container runtime's profile): every sandbox inherits them and they answer "
+         "before nsbox's own, so the calls they refuse fail with their errno and are not in the runs' "
+         "denied_syscalls";
 }
 
 }  // namespace nsbox

@@ -34,6 +34,9 @@ struct CgroupHost {
   std::optional<std::string> v2_mount;
   std::string v2_self_dir;
   std::set<std::string> v2_controllers;
+  // The controllers of the cgroup2 root: those missing from v2_controllers
+  // were withheld from nsbox's cgroup (a unit or scope without Delegate=yes).
+  std::set<std::string> v2_root_controllers;
   // cgroup v1: controller -> the directory of nsbox's own cgroup in that
   // hierarchy (e.g. "memory" -> "/sys/fs/cgroup/memory/process_api/x").
   std::map<std::string, std::string> v1_self_dirs;

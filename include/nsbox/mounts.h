@@ -118,6 +118,10 @@ unsigned long locked_mount_flags(const std::string& path);
 // throws SysError ("open mount source /x: Too many levels of symbolic links").
 UniqueFd open_no_symlinks(const std::string& path, const std::string& what);
 
+// Why this process cannot use openat2(), which every sandbox's mounts are
+// resolved with, or "" when it can.
+std::string openat2_problem();
+
 // Replays the plan in the child. Returns 0 or errno; on failure *step and
 // *object name what failed. Async-signal-safe.
 int apply_mount_plan(const RawMountOp* ops, size_t count, const char** step, const char** object) noexcept;

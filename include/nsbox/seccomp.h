@@ -81,4 +81,11 @@ int load_seccomp_program(const sock_fprog* prog, int* listener) noexcept;
 // The errno every notified (denied) call answers.
 constexpr int kDeniedErrno = EPERM;
 
+// "" when no seccomp filter is in force on this process; otherwise what it
+// means for the sandboxes, which inherit such a filter (a service manager's
+// SystemCallFilter= or RestrictSUIDSGID=, a container runtime's profile):
+// it answers before nsbox's own, so the calls it refuses fail with its
+// errno and are missing from the runs' denied_syscalls.
+std::string inherited_seccomp_warning();
+
 }  // namespace nsbox

@@ -669,6 +669,27 @@ TEST_F(Cgroups, NsboxRunInACgroupSharedWithAnotherProgram) {
     }
 }
 
+// A cgroup v2 parent that was not given the cpu controller, as systemd
+// leaves a unit or scope without Delegate=yes while the root has it: the
+// refusal says the controller was withheld and how to get it, rather than
+// only that the host has none and best-effort.
+TEST_F(Cgroups, AControllerWithheldFromNsboxsCgroupIsNamedAsSuch) {
+  const CgroupHost& host = launcher().cgroup_host();
+  if (host.choose({"memory", "cpu", "pids"}) != "v2") GTEST_SKIP() << "needs a host that limits runs through cgroup v2";
+  OwnCgroup own(host);
+  const std::string parent = own.as_host().v2_self_dir;
+  const std::string withheld = parent + "/no-cpu";
+  std::ofstream(parent + "/cgroup.subtree_control") << "+memory +pids";
+  ASSERT_EQ(slurp(parent + "/cgroup.subtree_control"), "memory pids\n");
+  ASSERT_EQ(::mkdir(withheld.c_str(), 0755), 0);
+  CliResult r = run_cli({"run", "--rootfs", test_rootfs(), "--cgroup-parent", withheld, "--", "true"});
+  ::rmdir(withheld.c_str());
+  EXPECT_EQ(r.exit_code, 125) << r.err;
+  EXPECT_NE(r.err.find("the run asks for cpu limits but this host has no cpu controller"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the cgroup v2 root has cpu, but nsbox's cgroup was not given it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("systemd-run --scope -p Delegate=yes"), std::string::npos) << r.err;
+}
+
 // The parent goes whenever an nsbox sharing the cgroup ends with no run in
 // it, maybe between another one's mkdir of the parent and of its run: runs
 // are made all the same.

@@ -176,6 +176,64 @@ TEST(Isolation, AHardRlimitBelowTheRunsIsRefusedByName) {
   }
 }
 
+// The output (stdout and stderr) and exit code of NSBOX_BINARY args, run
+// under a seccomp filter that answers errno to syscall, as a service
+// manager's filter (systemd's RestrictSUIDSGID= answers ENOSYS to openat2)
+// or a container runtime's would be: inherited, and in force before nsbox's.
+std::pair<int, std::string> nsbox_under_filter(int syscall_nr, int errno_answer, const std::vector<std::string>& args) {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  EXPECT_NE(ctx, nullptr);
+  EXPECT_EQ(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0), 0);  // root: no no_new_privs needed
+  EXPECT_EQ(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(static_cast<uint32_t>(errno_answer)), syscall_nr, 0), 0);
+  int out[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  std::vector<std::string> argv_text = {NSBOX_BINARY};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(out[1], 2);
+    if (seccomp_load(ctx) != 0) ::_exit(99);
+    ::execv(argv[0], argv.data());
+    ::_exit(126);
+  }
+  seccomp_release(ctx);
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  return {wait_cli(pid), text};
+}
+
+// Under a parent's filter that refuses openat2 (systemd's RestrictSUIDSGID=
+// did, in the shipped unit), every run failed as "open rootfs ...: Function
+// not implemented". nsbox says what and why once, before any sandbox, and
+// `nsbox doctor` shows it with the filter as FAIL and warn lines.
+TEST(Isolation, AParentsSeccompFilterIsNamedAndOneRefusingOpenat2StopsNsboxBeforeAnyRun) {
+  auto [code, out] = nsbox_under_filter(SCMP_SYS(openat2), ENOSYS, {"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("openat2(): Function not implemented: the kernel is older than 5.6, or nsbox runs under a "
+                     "seccomp filter that refuses it"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("open rootfs"), std::string::npos) << out;
+  std::tie(code, out) = nsbox_under_filter(SCMP_SYS(openat2), ENOSYS, {"doctor"});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("  FAIL  openat2: openat2(): Function not implemented"), std::string::npos) << out;
+  EXPECT_NE(out.find("  warn  filters nsbox runs under: nsbox runs under 1 seccomp filter(s) it did not install"),
+            std::string::npos)
+      << out;
+  // A filter that leaves nsbox what it needs: runs go ahead, the doctor
+  // warns, and without one it says none.
+  std::tie(code, out) = nsbox_under_filter(SCMP_SYS(acct), EPERM, {"run", "--rootfs", test_rootfs(), "--", "true"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(run_cli({"doctor"}).out.find("  ok    filters nsbox runs under: none"), std::string::npos);
+}
+
 TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFilter) {
   std::string out = python(
       "for l in open('/proc/self/status'):\n"
