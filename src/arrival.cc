@@ -229,8 +229,11 @@ bool held_since_the_head(const std::string& holder) {
   return t_reading && t_reading->hold && t_reading->holder == holder;
 }
 
-void let_go_of_the_heads_hold() {
-  if (t_reading) t_reading->hold.reset();
+void hold_while_answering(const std::function<std::shared_ptr<void>(const std::string& holder)>& answering) {
+  Reading* r = t_reading;
+  if (!r || !r->hold) return;
+  r->hold.reset();
+  if (!r->holder.empty()) r->hold = answering(r->holder);
 }
 
 int served_socket() { return t_reading && t_reading->socket ? t_reading->socket.get() : -1; }

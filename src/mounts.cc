@@ -310,7 +310,9 @@ MountPlan MountPlan::for_spec(const RunSpec& spec) {
             .source = "devpts",
             .target = "/dev/pts",
             .fstype = "devpts",
-            .data = "newinstance,ptmxmode=0666,mode=0620",
+            // max: every devpts instance but the host's first draws on one
+            // host-wide pool (kernel.pty.max - kernel.pty.reserve).
+            .data = "newinstance,ptmxmode=0666,mode=0620,max=16",
             .flags = MS_NOSUID | MS_NOEXEC,
             .create = TargetCreate::kDirectory});
   // /dev itself becomes read-only once populated.

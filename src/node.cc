@@ -275,6 +275,16 @@ Refusal tenant_limit_refusal(const TenantConfig& tenant) {
               " requests in (arriving, queued or running; its max_requests); retry later"};
 }
 
+// One answer past max_requests may still be on its way out when an honest
+// client sends its next request; more mean answers left unread, each
+// holding a request thread other tenants' requests need.
+Refusal unread_answers_refusal(const TenantConfig& tenant, uint32_t answering) {
+  return {429, "tenant_limit",
+          "too many requests: tenant " + tenant.name + " has " + std::to_string(answering) +
+              " answers it has not finished reading (more than its max_requests " +
+              std::to_string(tenant.max_requests) + "); retry once they are read"};
+}
+
 // Whether a multipart Content-Type names a boundary as cpp-httplib reads
 // it (all that follows "boundary=", less a pair of quotes; not empty):
 // without one it reads nothing of the body.
@@ -533,6 +543,9 @@ class Node {
   const Spawner& spawner_;
   Admission admission_;
   TenantShares tenant_shares_;
+  // Per tenant, answers being written: a client that does not read them
+  // holds a request thread each (screen_head bounds them).
+  TenantShares answering_;
   mutable Metrics metrics_;
   UniqueFd cancel_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
@@ -700,6 +713,8 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
     if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *cfg, li, tenant);
   }
   ArrivalWatch::Screened screened;
+  if (!refusal.status && tenant && tenant->max_requests && answering_.held(tenant->name) > tenant->max_requests)
+    refusal = unread_answers_refusal(*tenant, answering_.held(tenant->name));
   if (!refusal.status && tenant) {
     if (tenant_shares_.try_take(tenant->name, tenant->max_requests)) {
       screened.held = std::make_shared<TenantShare>(tenant_shares_, tenant->name);
@@ -971,10 +986,14 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // Every answer is written after this: from here the watch may no longer
   // cut the connection, so its 408 and an answer never share the socket.
   // The tenant's share taken on the head is given back here too, before
-  // the answer goes out (not before a 100 Continue: the body is yet to come).
-  svr->set_post_routing_handler([](const httplib::Request&, httplib::Response&) {
+  // the answer goes out (not before a 100 Continue: the body is yet to come),
+  // and the answer is counted as the tenant's until it is written.
+  svr->set_post_routing_handler([this](const httplib::Request&, httplib::Response&) {
     (void)request_arrived();
-    let_go_of_the_heads_hold();
+    hold_while_answering([this](const std::string& tenant) -> std::shared_ptr<void> {
+      answering_.try_take(tenant, 0);
+      return std::make_shared<TenantShare>(answering_, tenant);
+    });
   });
   svr->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own answer

@@ -50,9 +50,12 @@ bool held_since_the_head(const std::string& holder);
 
 // On a request thread: lets go of what the screen gave its request to hold,
 // before the answer is written (a client that sends its next request as
-// soon as it has the answer must find it given back). Otherwise it is let
-// go once the thread is done with the connection.
-void let_go_of_the_heads_hold();
+// soon as it has the answer must find it given back), and holds instead
+// what `answering` makes of the holder's name until the thread is done with
+// the connection: a client that reads its answers slowly, or not at all,
+// holds request threads, which the holder's count of answers being written
+// bounds. Without a hold from the screen, nothing is held.
+void hold_while_answering(const std::function<std::shared_ptr<void>(const std::string& holder)>& answering);
 
 // On a request thread: a duplicate of its connection's socket, open while
 // the request is served, or -1 (a thread the watch did not start). For

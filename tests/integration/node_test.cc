@@ -1371,6 +1371,55 @@ limits: {max_concurrent: 2, queue_depth: 2, client_timeout: 3s, request_timeout:
   EXPECT_EQ(rejected_count(metrics->body, "tenant_limit"), "1") << metrics->body;
 }
 
+// A tenant's answers it does not read count as well: each holds a request
+// thread while it is written (client_timeout bounds each write, and a
+// client reading a little at a time resets it), so that a tenant at
+// max_requests 1 took every request thread of the node: others' runs,
+// /health and /metrics waited. One answer past its max_requests may be on
+// its way out; with more, its next request is refused.
+TEST(NodeTenantShares, ATenantsUnreadAnswersCountAgainstItsMaxRequests) {
+  NodeProcess node(R"(tenants:
+  - {name: busy, token: busy-token-0123456789abcdef, profile: default, max_requests: 1}
+  - {name: other, token: other-token-0123456789abcdef, profile: default}
+limits: {max_concurrent: 2, queue_depth: 1, client_timeout: 60s}
+)");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string body = request("def main(args):\n    return 'x' * 12000000");
+  const std::string sent =
+      "POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer busy-token-0123456789abcdef\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  // A client with a small receive window that reads only the status line:
+  // the node's write of the 12 MB answer blocks.
+  auto unread_answer = [&]() {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int small = 4096;
+    ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(node.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::send(s, sent.data(), sent.size(), MSG_NOSIGNAL), static_cast<ssize_t>(sent.size()));
+    char status[16] = {};
+    EXPECT_EQ(::recv(s, status, 15, MSG_WAITALL), 15);
+    EXPECT_STREQ(status, "HTTP/1.1 200 OK");
+    return s;
+  };
+  std::vector<int> sockets = {unread_answer(), unread_answer()};
+  auto c = node.client();
+  c.set_read_timeout(10, 0);
+  auto r = post(c, "/run", request("def main(args):\n    return 2"),
+                {{"Authorization", "Bearer busy-token-0123456789abcdef"}});
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 429) << r->body.substr(0, 200);
+  EXPECT_NE(r->body.find("tenant busy has 2 answers it has not finished reading (more than its max_requests 1)"),
+            std::string::npos)
+      << r->body.substr(0, 200);
+  expect_health_and_a_run(node, {{"Authorization", "Bearer other-token-0123456789abcdef"}});
+  for (int s : sockets) ::close(s);
+}
+
 TEST(NodeDeadlines, RefusedClientsSendingTheirBodiesSlowlyHoldNoRequestThread) {
   // A client without a token, sending its body a byte at a time: the body
   // used to be read (to be dropped) on a request thread until

@@ -116,7 +116,7 @@ function runPlan(cfg, fds, uid, gid) {
     mounts.push(['tmpfs', path, 'tmpfs', MS_RDONLY | NO_DEV_SUID | MS_NOEXEC, 'mode=0555,size=4k,nr_inodes=1',
       MOUNT_OPTIONAL]);
   }
-  mounts.push(['devpts', '/dev/pts', 'devpts', MS_NOSUID | MS_NOEXEC, 'newinstance,ptmxmode=0666,mode=0620',
+  mounts.push(['devpts', '/dev/pts', 'devpts', MS_NOSUID | MS_NOEXEC, 'newinstance,ptmxmode=0666,mode=0620,max=16',
     MOUNT_REQUIRED]);
   for (const t of cfg.tmpfs) mounts.push(['tmpfs', t.target, 'tmpfs', t.flags, t.data, MOUNT_REQUIRED]);
   const ws = cfg.workspace;

@@ -145,7 +145,7 @@ def _run_plan(cfg, fds, uid, gid):
     mounts += [("/dev/null", path, None, MS_BIND, None, MOUNT_MASK_FILE) for path in cfg["proc_mask_files"]]
     mounts += [("tmpfs", path, "tmpfs", MS_RDONLY | NO_DEV_SUID | MS_NOEXEC, "mode=0555,size=4k,nr_inodes=1",
                 MOUNT_OPTIONAL) for path in cfg["proc_mask_dirs"]]
-    mounts.append(("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620",
+    mounts.append(("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max=16",
                    MOUNT_REQUIRED))
     mounts += [("tmpfs", t["target"], "tmpfs", t["flags"], t["data"], MOUNT_REQUIRED) for t in cfg["tmpfs"]]
     ws = cfg.get("workspace")
