@@ -232,8 +232,9 @@ bool held_since_the_head(const std::string& holder) {
 void hold_while_answering(const std::function<std::shared_ptr<void>(const std::string& holder)>& answering) {
   Reading* r = t_reading;
   if (!r || !r->hold) return;
-  r->hold.reset();
-  if (!r->holder.empty()) r->hold = answering(r->holder);
+  // The answer is counted before the share goes: never neither.
+  std::shared_ptr<void> next = r->holder.empty() ? nullptr : answering(r->holder);
+  r->hold = std::move(next);
 }
 
 int served_socket() { return t_reading && t_reading->socket ? t_reading->socket.get() : -1; }

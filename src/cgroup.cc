@@ -475,14 +475,12 @@ std::set<std::string> own_dirs(const CgroupHost& host) {
   return dirs;
 }
 
-// A flock of a cgroup directory, released when it goes.
-UniqueFd lock_dir(const std::string& dir, int operation) {
+// A flock of a cgroup directory taken at once or not at all (then empty):
+// anyone who can open the directory can flock it, and a lock another user
+// holds must not stall nsbox.
+UniqueFd try_lock_dir(const std::string& dir, int operation) {
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) return fd;
-  int rc;
-  do rc = ::flock(fd.get(), operation);
-  while (rc != 0 && errno == EINTR);
-  if (rc != 0) fd.reset();
+  if (fd && ::flock(fd.get(), operation | LOCK_NB) != 0) fd.reset();
   return fd;
 }
 
@@ -490,25 +488,33 @@ UniqueFd lock_dir(const std::string& dir, int operation) {
 
 void remove_empty_run_parents(const CgroupHost& host) noexcept {
   for (const auto& own : own_dirs(host)) {
-    // Fails (EBUSY) while any nsbox still has a run there. Unlocked, it is
-    // left: a creator may be between making it and its run.
-    if (UniqueFd lock = lock_dir(own, LOCK_EX)) ::rmdir((own + "/" + kParentName).c_str());
+    // rmdir fails (EBUSY) while any nsbox still has a run there. Without
+    // the lock (a creator is between making the parent and its run, or
+    // another user holds it) the parent is left.
+    if (UniqueFd lock = try_lock_dir(own, LOCK_EX)) ::rmdir((own + "/" + kParentName).c_str());
   }
 }
 
 namespace cgroup_internal {
 
 void make_in_run_parent(const std::string& own_dir, const std::function<void()>& make_run) {
-  try {
-    make_run();  // the parent is there but for the first run and after a removal
-    return;
-  } catch (const SysError& e) {
-    if (e.err() != ENOENT && e.err() != ENODEV) throw;  // ENODEV: the parent is being removed
+  for (int attempt = 0;; ++attempt) {
+    try {
+      make_run();  // the parent is there but for the first run and after a removal
+      return;
+    } catch (const SysError& e) {
+      // ENODEV: the parent is being removed.
+      if ((e.err() != ENOENT && e.err() != ENODEV) || attempt == kParentGoneRetries) throw;
+    }
+    // Under a shared lock no removal comes between the parent and the run;
+    // when the lock cannot be had at once, the next attempt tries again.
+    const UniqueFd lock = try_lock_dir(own_dir, LOCK_SH);
+    make_dir(own_dir + "/" + kParentName);
+    if (lock) {
+      make_run();
+      return;
+    }
   }
-  const UniqueFd lock = lock_dir(own_dir, LOCK_SH);
-  if (!lock) throw SysError("flock", own_dir, errno);
-  make_dir(own_dir + "/" + kParentName);
-  make_run();
 }
 
 }  // namespace cgroup_internal

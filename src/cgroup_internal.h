@@ -68,11 +68,14 @@ constexpr const char* kParentName = "nsbox";
 // the cgroup above as its own.
 constexpr const char* kSupervisorLeaf = "nsbox-supervisor";
 // Runs make_run, which makes a run's directory in own_dir's kParentName
-// directory (and on v2 first hands the controllers down to it). Another
-// nsbox sharing own_dir removes that parent when it ends and finds it empty
+// directory (a parent that has a run cannot be removed). Another nsbox
+// sharing own_dir removes that parent when it ends and finds it empty
 // (remove_empty_run_parents), under an exclusive flock of own_dir. When the
-// parent is gone, make_run runs again under a shared flock, after the
-// parent is made: no removal comes between. Throws SysError.
+// parent is gone, it is made again and make_run runs again, under a shared
+// flock when one can be had at once (no removal comes between), else
+// retried, up to kParentGoneRetries times: locks are never waited for, as
+// any user can flock the directory. Throws SysError.
+constexpr int kParentGoneRetries = 100;
 void make_in_run_parent(const std::string& own_dir, const std::function<void()>& make_run);
 
 // /proc/PID/cgroup (pid 0: this process) as controller -> path, relative

@@ -19,11 +19,11 @@ using namespace cgroup_internal;
 
 namespace {
 
-// Moves this process into dir's leaf for nsbox's own processes.
-void join_supervisor_leaf(const std::string& dir) {
+// Moves processes (nsbox's own) into dir's leaf for them.
+void join_supervisor_leaf(const std::string& dir, const std::vector<pid_t>& pids) {
   const std::string leaf = dir + "/" + kSupervisorLeaf;
   make_dir(leaf);
-  write_text(leaf + "/cgroup.procs", std::to_string(::getpid()));
+  for (pid_t pid : pids) write_text(leaf + "/cgroup.procs", std::to_string(pid));
 }
 
 // The refusal when processes other than nsbox's share its cgroup.
@@ -36,12 +36,12 @@ SysError shared_cgroup_error(const std::string& control, const std::string& cont
                   EBUSY);
 }
 
-// The processes of dir other than this one, as "1, 2, 3" (at most 5).
-std::string other_members(const std::string& dir) {
+// The processes of dir other than ours, as "1, 2, 3" (at most 5).
+std::string other_members(const std::string& dir, const std::vector<pid_t>& ours) {
   std::string out;
   int listed = 0;
   for (pid_t pid : read_pids(dir + "/cgroup.procs")) {
-    if (pid == ::getpid()) continue;
+    if (std::find(ours.begin(), ours.end(), pid) != ours.end()) continue;
     if (++listed > 5) return out + ", ...";
     out += (out.empty() ? "" : ", ") + std::to_string(pid);
   }
@@ -61,9 +61,9 @@ void enable_controllers(const std::string& dir, const std::string& controllers) 
   } catch (const SysError& e) {
     if (e.err() != EBUSY) throw;
   }
-  if (const std::string others = other_members(dir); !others.empty())
+  if (const std::string others = other_members(dir, {::getpid()}); !others.empty())
     throw shared_cgroup_error(control, controllers, others);
-  join_supervisor_leaf(dir);
+  join_supervisor_leaf(dir, {::getpid()});
   try {
     write_text(control, controllers);
   } catch (const SysError& e) {
@@ -150,11 +150,13 @@ std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const Cg
   if (!controllers.empty()) enable_controllers(host.v2_self_dir, controllers);
   const std::string dir = parent + "/" + run_name;
   make_in_run_parent(host.v2_self_dir, [&] {
-    if (!controllers.empty()) write_text(parent + "/cgroup.subtree_control", controllers);
     if (::mkdir(dir.c_str(), 0755) != 0) throw SysError("mkdir", dir, errno);
   });
   UniqueFd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   auto cg = std::make_unique<V2RunCgroup>(dir, std::move(fd));  // removes dir on any throw below
+  // After the run's directory: a parent with a child cannot be removed, so
+  // the controllers go to the parent the run is in.
+  if (!controllers.empty()) write_text(parent + "/cgroup.subtree_control", controllers);
   if (limits.memory_bytes) {
     write_text(dir + "/memory.max", std::to_string(limits.memory_bytes));
     // No swap: the limit is on memory, not on memory plus disk.
@@ -172,11 +174,17 @@ std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const Cg
   return cg;
 }
 
-std::string move_into_supervisor_leaf(const CgroupHost& host) {
-  if (!host.v2_mount || host.v2_self_dir == *host.v2_mount) return "";  // the root cgroup is exempt
-  if (host.choose({"memory", "cpu", "pids"}) != "v2") return "";
+std::string move_into_supervisor_leaf(const CgroupHost& host, const std::vector<pid_t>& ours) {
+  if (!host.v2_mount || host.choose({"memory", "cpu", "pids"}) != "v2") return "";
+  // The root cgroup, which the rule exempts, alone has no cgroup.type (the
+  // root of a cgroup namespace is not it).
+  if (::access((host.v2_self_dir + "/cgroup.type").c_str(), F_OK) != 0) return "";
+  if (const std::string others = other_members(host.v2_self_dir, ours); !others.empty())
+    return "other processes share nsbox's cgroup " + host.v2_self_dir + " (pids " + others +
+           "): start nsbox in a cgroup of its own (a systemd unit with Delegate=yes, "
+           "`systemd-run --scope -p Delegate=yes nsbox ...`) or give it cgroup_parent";
   try {
-    join_supervisor_leaf(host.v2_self_dir);
+    join_supervisor_leaf(host.v2_self_dir, ours);
     return "";
   } catch (const SysError& e) {
     return e.what();

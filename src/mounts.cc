@@ -151,8 +151,9 @@ std::string openat2_problem() {
     ::close(static_cast<int>(fd));
     return "";
   }
-  if (errno != ENOSYS) return "";  // answered: the call itself is there
-  return "openat2(): Function not implemented: the kernel is older than 5.6, or nsbox runs under a seccomp "
+  // Opening / cannot fail for a reason of its own.
+  return std::string("openat2(): ") + std::strerror(errno) +
+         ": the kernel is older than 5.6, or nsbox runs under a seccomp "
          "filter that refuses it (systemd's RestrictSUIDSGID= or SystemCallFilter=, a container runtime's "
          "profile); nsbox opens the rootfs and every mount source with it, never following a symlink out";
 }

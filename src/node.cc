@@ -275,16 +275,6 @@ Refusal tenant_limit_refusal(const TenantConfig& tenant) {
               " requests in (arriving, queued or running; its max_requests); retry later"};
 }
 
-// One answer past max_requests may still be on its way out when an honest
-// client sends its next request; more mean answers left unread, each
-// holding a request thread other tenants' requests need.
-Refusal unread_answers_refusal(const TenantConfig& tenant, uint32_t answering) {
-  return {429, "tenant_limit",
-          "too many requests: tenant " + tenant.name + " has " + std::to_string(answering) +
-              " answers it has not finished reading (more than its max_requests " +
-              std::to_string(tenant.max_requests) + "); retry once they are read"};
-}
-
 // Whether a multipart Content-Type names a boundary as cpp-httplib reads
 // it (all that follows "boundary=", less a pair of quotes; not empty):
 // without one it reads nothing of the body.
@@ -544,8 +534,22 @@ class Node {
   Admission admission_;
   TenantShares tenant_shares_;
   // Per tenant, answers being written: a client that does not read them
-  // holds a request thread each (screen_head bounds them).
+  // holds a request thread each (unread_answers_refusal bounds them).
   TenantShares answering_;
+
+  // A tenant's requests in and answers being written together hold request
+  // threads; one answer past max_requests may still be on its way out when
+  // an honest client sends its next request, so a tenant holds at most
+  // max_requests + 1 threads. {} (status 0) when the request may go on.
+  Refusal unread_answers_refusal(const TenantConfig& tenant) const {
+    const uint32_t answering = answering_.held(tenant.name);
+    const uint32_t in = tenant_shares_.held(tenant.name);
+    if (!tenant.max_requests || !answering || in + answering <= tenant.max_requests) return {};
+    return {429, "tenant_limit",
+            "too many requests: tenant " + tenant.name + " has " + std::to_string(in) + " requests in and " +
+                std::to_string(answering) + " answers it has not finished reading (more than its max_requests " +
+                std::to_string(tenant.max_requests) + " together); retry once they are read"};
+  }
   mutable Metrics metrics_;
   UniqueFd cancel_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
@@ -713,8 +717,7 @@ ArrivalWatch::Screened Node::screen_head(std::string_view head, int fd, size_t l
     if (!refusal.status && takes_a_body(req)) refusal = refusal_before_the_body(req, *cfg, li, tenant);
   }
   ArrivalWatch::Screened screened;
-  if (!refusal.status && tenant && tenant->max_requests && answering_.held(tenant->name) > tenant->max_requests)
-    refusal = unread_answers_refusal(*tenant, answering_.held(tenant->name));
+  if (!refusal.status && tenant) refusal = unread_answers_refusal(*tenant);
   if (!refusal.status && tenant) {
     if (tenant_shares_.try_take(tenant->name, tenant->max_requests)) {
       screened.held = std::make_shared<TenantShare>(tenant_shares_, tenant->name);
@@ -867,6 +870,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   // (A reload between the head and here may have moved the token to
   // another tenant, whose share is then taken here.)
   if (!held_since_the_head(tenant->name)) {
+    if (Refusal unread = unread_answers_refusal(*tenant); unread.status) return refuse(req, res, unread, tenant);
     if (!tenant_shares_.try_take(tenant->name, tenant->max_requests))
       return refuse(req, res, tenant_limit_refusal(*tenant), tenant);
     share.emplace(tenant_shares_, tenant->name);
@@ -1366,10 +1370,13 @@ int run_node(const NodeOptions& options) {
   raise_open_file_limit();
   set_audit_node_id(random_hex_id(8, "node id"));
   if (const std::string inherited = inherited_seccomp_warning(); !inherited.empty()) spdlog::warn("{}", inherited);
-  if (const std::string problem = move_into_supervisor_leaf(CgroupHost::detect()); !problem.empty())
-    spdlog::warn("cgroup v2: {}: runs with limits will fail to make their cgroups", problem);
   Spawner spawner = Spawner::fork_waiting();
   NodeConfig config = load_node_config(options);
+  if (config.cgroup_parent.empty()) {
+    if (const std::string problem = move_into_supervisor_leaf(CgroupHost::detect(), {::getpid(), spawner.pid()});
+        !problem.empty())
+      spdlog::warn("cgroup v2: {}: runs with limits will fail to make their cgroups", problem);
+  }
   spawner.start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
   sigset_t signals;
   sigemptyset(&signals);

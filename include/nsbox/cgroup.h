@@ -127,15 +127,17 @@ std::string next_run_cgroup_name();
 // Returns how many were removed.
 int remove_stale_run_cgroups(const CgroupHost& host);
 
-// On a host whose runs get their limits through cgroup v2, moves this
-// process from its own cgroup into the leaf "<own cgroup>/nsbox-supervisor": a
-// cgroup that holds processes cannot hand controllers down to the runs'
-// (the no-internal-processes rule). `nsbox run` moves itself when it first
-// makes a run cgroup; a node calls this before it forks its spawner, so that
-// its server leaves the cgroup as well (under systemd the unit's cgroup
-// holds both). Nothing to do in the root cgroup, which the rule exempts.
-// Returns "" or why the move failed (runs then fail naming the cgroup).
-std::string move_into_supervisor_leaf(const CgroupHost& host);
+// On a host whose runs get their limits through cgroup v2, moves `ours`
+// (nsbox's processes) from their cgroup into the leaf
+// "<own cgroup>/nsbox-supervisor": a cgroup that holds processes cannot hand
+// controllers down to the runs' (the no-internal-processes rule). `nsbox
+// run` moves itself when it first makes a run cgroup; a node moves its
+// server and its spawner (under systemd the unit's cgroup holds both) once
+// its config is loaded, unless the config names a cgroup_parent. Nothing
+// to do in the root cgroup, which the rule exempts, and nothing is moved
+// while other processes share the cgroup. Returns "" or why not (runs with
+// limits then fail naming the cause).
+std::string move_into_supervisor_leaf(const CgroupHost& host, const std::vector<pid_t>& ours);
 
 // Removes nsbox's "nsbox" parent directories from its own cgroups when no
 // run is left in them, so that an nsbox that ends leaves no cgroup it made

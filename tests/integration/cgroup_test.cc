@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -688,6 +689,47 @@ TEST_F(Cgroups, AControllerWithheldFromNsboxsCgroupIsNamedAsSuch) {
   EXPECT_NE(r.err.find("the run asks for cpu limits but this host has no cpu controller"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("the cgroup v2 root has cpu, but nsbox's cgroup was not given it"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("systemd-run --scope -p Delegate=yes"), std::string::npos) << r.err;
+}
+
+// Anyone who can open nsbox's cgroup directory can flock it: another user
+// holding the lock nsbox serialises the parent's removal with must not
+// stall nsbox (a blocking lock hung the first run's creation and the end
+// of every nsbox). The run goes ahead; the parent is left.
+TEST_F(Cgroups, ALockAnotherUserHoldsOnNsboxsCgroupStallsNothing) {
+  OwnCgroup own(launcher().cgroup_host());
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  const std::vector<std::string> dirs = own.dirs();
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(2);
+    for (const auto& dir : dirs) {
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+      if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(3);
+    }
+    if (::write(ready[1], "x", 1) != 1) ::_exit(4);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the other user could not lock the directories";
+  ::close(ready[0]);
+  int in = -1;
+  const pid_t nsbox = nsbox_run_in(own.procs_files(), {"true"}, &in);
+  ::close(in);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 6000 && (done = ::waitpid(nsbox, &status, WNOHANG)) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done == 0) {
+    ::kill(nsbox, SIGKILL);
+    ::waitpid(nsbox, &status, 0);
+  }
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  ASSERT_EQ(done, nsbox) << "nsbox was still waiting after 60 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 // The parent goes whenever an nsbox sharing the cgroup ends with no run in

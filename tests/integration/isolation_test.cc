@@ -5,6 +5,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -231,7 +232,9 @@ TEST(Isolation, AParentsSeccompFilterIsNamedAndOneRefusingOpenat2StopsNsboxBefor
   // warns, and without one it says none.
   std::tie(code, out) = nsbox_under_filter(SCMP_SYS(acct), EPERM, {"run", "--rootfs", test_rootfs(), "--", "true"});
   EXPECT_EQ(code, 0) << out;
-  EXPECT_NE(run_cli({"doctor"}).out.find("  ok    filters nsbox runs under: none"), std::string::npos);
+  if (::prctl(PR_GET_SECCOMP, 0, 0, 0, 0) == 0) {  // this test itself under no filter (a CI in a container is)
+    EXPECT_NE(run_cli({"doctor"}).out.find("  ok    filters nsbox runs under: none"), std::string::npos);
+  }
 }
 
 TEST(Isolation, NoCapabilitiesNoNewPrivsSeccompFilter) {

@@ -1375,8 +1375,9 @@ limits: {max_concurrent: 2, queue_depth: 2, client_timeout: 3s, request_timeout:
 // thread while it is written (client_timeout bounds each write, and a
 // client reading a little at a time resets it), so that a tenant at
 // max_requests 1 took every request thread of the node: others' runs,
-// /health and /metrics waited. One answer past its max_requests may be on
-// its way out; with more, its next request is refused.
+// /health and /metrics waited. Its requests in and answers unread together
+// may be one past its max_requests (an answer on its way out to a client
+// that sent its next request at once); with more, it is refused.
 TEST(NodeTenantShares, ATenantsUnreadAnswersCountAgainstItsMaxRequests) {
   NodeProcess node(R"(tenants:
   - {name: busy, token: busy-token-0123456789abcdef, profile: default, max_requests: 1}
@@ -1413,11 +1414,21 @@ limits: {max_concurrent: 2, queue_depth: 1, client_timeout: 60s}
                 {{"Authorization", "Bearer busy-token-0123456789abcdef"}});
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 429) << r->body.substr(0, 200);
-  EXPECT_NE(r->body.find("tenant busy has 2 answers it has not finished reading (more than its max_requests 1)"),
+  EXPECT_NE(r->body.find("tenant busy has 0 requests in and 2 answers it has not finished reading (more than its "
+                         "max_requests 1 together)"),
             std::string::npos)
       << r->body.substr(0, 200);
   expect_health_and_a_run(node, {{"Authorization", "Bearer other-token-0123456789abcdef"}});
+  // Once read (here: the connections closed), they no longer count.
   for (int s : sockets) ::close(s);
+  std::string answer;
+  for (int i = 0; i < 100 && answer != "{\"return\": 3, \"error\": null}"; ++i) {
+    std::this_thread::sleep_for(100ms);
+    r = post(c, "/run", request("def main(args):\n    return 3"),
+             {{"Authorization", "Bearer busy-token-0123456789abcdef"}});
+    answer = r ? r->body : "";
+  }
+  EXPECT_EQ(answer, "{\"return\": 3, \"error\": null}");
 }
 
 TEST(NodeDeadlines, RefusedClientsSendingTheirBodiesSlowlyHoldNoRequestThread) {
