@@ -540,7 +540,7 @@ Launcher::Launcher(const LauncherOptions& options)
   // there), so a root supervisor drops its own before cloning any sandbox.
   if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0) throw SysError("setgroups", "[]", errno);
   // Said once here rather than as every run's "open rootfs" failure.
-  if (const std::string problem = openat2_problem(); !problem.empty()) throw std::runtime_error(problem);
+  if (const std::string problem = openat2_problem(); !problem.empty()) throw HostError(problem);
   // A workload that closes its stdin early must not kill the supervisor
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);

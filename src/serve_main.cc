@@ -19,6 +19,9 @@
 namespace {
 
 constexpr int kUsageExit = 2;
+// The host cannot give what every sandbox needs: a service manager that
+// restarts on failure must not retry this (the unit's RestartPreventExitStatus).
+constexpr int kHostUnfitExit = 3;
 
 std::string exe_dir() {
   std::error_code ec;
@@ -97,6 +100,9 @@ int main(int argc, char** argv) {
     std::cerr << "nsbox serve: " << e.what() << std::endl;
   } catch (const std::invalid_argument& e) {
     std::cerr << "nsbox serve: --listen: " << e.what() << std::endl;
+  } catch (const nsbox::HostError& e) {
+    std::cerr << "nsbox serve: " << e.what() << std::endl;
+    return kHostUnfitExit;
   } catch (const std::exception& e) {
     std::cerr << "nsbox serve: " << e.what() << std::endl;
     return 1;

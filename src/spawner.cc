@@ -38,6 +38,7 @@ using json = nlohmann::ordered_json;
 
 constexpr char kReady = 'R';
 constexpr char kFailed = 'E';
+constexpr char kHostUnfit = 'H';  // kFailed for a HostError
 constexpr char kOptions = 'O';
 constexpr char kJob = 'J';
 constexpr char kPool = 'P';
@@ -638,7 +639,7 @@ std::optional<LauncherOptions> receive_options(int control) {
       spdlog::warn("spawner: removed {} run cgroups and workspaces left by nsbox processes that died mid-run",
                    launcher->stale_removed());
   } catch (const std::exception& e) {
-    std::string msg = kFailed + std::string(e.what());
+    std::string msg = (dynamic_cast<const HostError*>(&e) ? kHostUnfit : kFailed) + std::string(e.what());
     ::send(control.get(), msg.data(), msg.size(), MSG_NOSIGNAL);
     ::_exit(1);
   }
@@ -769,8 +770,9 @@ void Spawner::start(const LauncherOptions& options) {
   do n = ::recv(control_.get(), buf, sizeof buf, 0);
   while (n < 0 && errno == EINTR);
   if (n == 1 && buf[0] == kReady) return;
-  if (n > 1 && buf[0] == kFailed)
-    throw UsageError("the spawner could not start: " + std::string(buf + 1, static_cast<size_t>(n - 1)));
+  const std::string why = n > 1 ? std::string(buf + 1, static_cast<size_t>(n - 1)) : "";
+  if (n > 1 && buf[0] == kHostUnfit) throw HostError("the spawner could not start: " + why);
+  if (n > 1 && buf[0] == kFailed) throw UsageError("the spawner could not start: " + why);
   throw SysError("start", "spawner", n < 0 ? errno : EPIPE);
 }
 

@@ -27,6 +27,13 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The host (its kernel, or a filter or policy nsbox runs under) lacks what
+// nsbox needs to build any sandbox: neither a retry nor a restart helps.
+class HostError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // "step object: strerror(err)"; object may be empty.
 std::string format_sys_error(const std::string& step, const std::string& object, int err);
 

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "fixture.h"
+#include "node_process.h"
 #include "nsbox/unique_fd.h"
 
 namespace nsbox::testing {
@@ -222,6 +223,14 @@ TEST(Isolation, AParentsSeccompFilterIsNamedAndOneRefusingOpenat2StopsNsboxBefor
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("open rootfs"), std::string::npos) << out;
+  // A node does not start (exit 3, which the unit's RestartPreventExitStatus
+  // names: restarting cannot help) rather than restart over and over.
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  std::tie(code, out) = nsbox_under_filter(SCMP_SYS(openat2), ENOSYS, {"serve", "--listen", listen});
+  EXPECT_EQ(code, 3) << out;
+  EXPECT_NE(out.find("nsbox serve: the spawner could not start: openat2(): Function not implemented"),
+            std::string::npos)
+      << out;
   std::tie(code, out) = nsbox_under_filter(SCMP_SYS(openat2), ENOSYS, {"doctor"});
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("  FAIL  openat2: openat2(): Function not implemented"), std::string::npos) << out;
