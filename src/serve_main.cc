@@ -8,12 +8,10 @@
 #include <filesystem>
 #include <iostream>
 
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "nsbox/audit.h"
 #include "nsbox/cli.h"
 #include "nsbox/error.h"
+#include "nsbox/logging.h"
 #include "nsbox/node.h"
 
 namespace {
@@ -76,9 +74,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kUsageExit;  // --help is 0; CLI11's own codes are not ours
   }
-  auto logger = spdlog::stderr_logger_mt("nsbox");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
-  spdlog::set_default_logger(logger);
+  nsbox::log_to_stderr("nsbox");
   nsbox::NodeOptions options;
   options.config_path = config_path;
   if (!listen.empty()) options.listen = listen;
