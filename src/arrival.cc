@@ -97,15 +97,19 @@ extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
 namespace nsbox {
 namespace {
 
-enum class Phase { kReading, kArrived, kCut };
+// kReading: the request is arriving, under its deadline; kArrived: it is
+// served (the run has deadlines of its own); kAnswering: its answer is
+// being written, under a deadline again; kCut: a deadline passed.
+enum class Phase { kReading, kArrived, kAnswering, kCut };
 
-// A connection a request thread serves, until its request has arrived.
+// A connection a request thread serves, until the thread is done with it.
 struct Reading {
-  int served = -1;  // cpp-httplib's descriptor
-  UniqueFd socket;  // a duplicate: cpp-httplib closes its own descriptor
-  Clock::time_point deadline;
-  std::string holder;          // for whom the screen gave it something to hold
-  std::shared_ptr<void> hold;  // that, until let go of
+  int served = -1;                        // cpp-httplib's descriptor
+  UniqueFd socket;                        // a duplicate: cpp-httplib closes its own descriptor
+  Clock::time_point deadline;             // the watch's mutex guards it once added
+  std::function<void()> start_answering;  // puts the answer under its deadline
+  std::string holder;                     // for whom the screen gave it something to hold
+  std::shared_ptr<void> hold;             // that, until let go of
   std::atomic<Phase> phase{Phase::kReading};
   // Only the request thread touches these.
   ChunkedFraming framing;
@@ -243,7 +247,12 @@ bool request_arrived() {
   Reading* r = t_reading;
   if (!r) return true;
   Phase expected = Phase::kReading;
-  return r->phase.compare_exchange_strong(expected, Phase::kArrived) || expected == Phase::kArrived;
+  return r->phase.compare_exchange_strong(expected, Phase::kArrived) || expected == Phase::kArrived ||
+         expected == Phase::kAnswering;
+}
+
+void answer_under_deadline() {
+  if (Reading* r = t_reading; r && r->start_answering) r->start_answering();
 }
 
 struct ArrivalWatch::State {
@@ -415,6 +424,9 @@ struct ArrivalWatch::State {
         r->phase = Phase::kCut;
       } else {
         r->deadline = Clock::now() + limits.request_timeout;
+        r->start_answering = [this, weak = std::weak_ptr<Reading>(r)] {
+          if (auto alive = weak.lock()) start_answer_deadline(*alive);
+        };
         add_reading(r);
       }
       t_reading = r.get();
@@ -431,6 +443,18 @@ struct ArrivalWatch::State {
     std::lock_guard<std::mutex> lock(mutex);
     reading.push_back(r);
     if (r->deadline < planned_wake) wake_up();
+  }
+
+  // The answer, once it is being written, must be taken within
+  // request_timeout: a client reading a little at a time would otherwise
+  // hold its request thread as long as it likes (client_timeout bounds
+  // only each write).
+  void start_answer_deadline(Reading& r) {
+    std::lock_guard<std::mutex> lock(mutex);
+    Phase expected = Phase::kArrived;
+    if (!r.phase.compare_exchange_strong(expected, Phase::kAnswering)) return;
+    r.deadline = Clock::now() + limits.request_timeout;
+    if (r.deadline < planned_wake) wake_up();
   }
 
   void remove_reading(const std::shared_ptr<Reading>& r) {
@@ -526,6 +550,7 @@ struct ArrivalWatch::State {
     std::vector<Late> late;
     std::vector<int> looks_due;
     std::vector<std::shared_ptr<Reading>> cut;
+    std::vector<std::shared_ptr<Reading>> answers_cut;
     Clock::time_point next = Clock::time_point::max();
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -560,13 +585,14 @@ struct ArrivalWatch::State {
         it = stop_draining(it);
       }
       for (const auto& r : reading) {
-        if (r->phase.load() != Phase::kReading) continue;
+        Phase phase = r->phase.load();
+        if (phase != Phase::kReading && phase != Phase::kAnswering) continue;
         if (r->deadline > now) {
           next = std::min(next, r->deadline);
           continue;
         }
-        Phase expected = Phase::kReading;
-        if (r->phase.compare_exchange_strong(expected, Phase::kCut)) cut.push_back(r);
+        if (r->phase.compare_exchange_strong(phase, Phase::kCut))
+          (phase == Phase::kReading ? cut : answers_cut).push_back(r);
       }
       planned_wake = next;
     }
@@ -578,6 +604,16 @@ struct ArrivalWatch::State {
     for (const auto& r : cut) {
       refused("timeout", 408, r->socket.get(), body_timeout_answer);
       send_answer(r->socket.get(), body_timeout_answer);
+      ::shutdown(r->socket.get(), SHUT_RDWR);
+    }
+    for (const auto& r : answers_cut) {
+      // Nothing can be said on it: the answer is partly written. Reset, not
+      // closed: a close would leave what the send buffer holds (megabytes)
+      // to go out to the slow client after the thread is done with it.
+      spdlog::warn("a client did not take its answer within {} (limits.request_timeout): its connection was reset",
+                   seconds_text(limits.request_timeout));
+      const linger reset{.l_onoff = 1, .l_linger = 0};
+      ::setsockopt(r->socket.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       ::shutdown(r->socket.get(), SHUT_RDWR);
     }
     return next;

@@ -994,6 +994,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
   // and the answer is counted as the tenant's until it is written.
   svr->set_post_routing_handler([this](const httplib::Request&, httplib::Response&) {
     (void)request_arrived();
+    answer_under_deadline();
     hold_while_answering([this](const std::string& tenant) -> std::shared_ptr<void> {
       answering_.try_take(tenant, 0);
       return std::make_shared<TenantShare>(answering_, tenant);

@@ -10,7 +10,8 @@
 // until its request head has arrived whole (looked at with MSG_PEEK, so
 // cpp-httplib still reads it all), within request_timeout and within
 // kMaxRequestHead bytes; once a thread serves it, the body must arrive
-// within request_timeout as well, or the connection is cut. A chunked
+// within request_timeout as well, or the connection is cut, and so must the
+// answer be taken once it is written. A chunked
 // body's framing lines are bounded as they are received (ChunkedFraming).
 //
 // Before a thread is given a connection, its head is screened: a request
@@ -42,6 +43,12 @@ int take_accepted_socket();
 // longer applies (what follows, the run, has its own). False when the
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
+
+// On a request thread, once its answer is ready to be written: the whole
+// answer must be taken within request_timeout, or the connection is cut
+// (client_timeout bounds only each write, which a client reading a little
+// at a time resets).
+void answer_under_deadline();
 
 // On a request thread: whether its request holds what the screen gave it
 // to hold while it is served (ArrivalWatch::Screened::held) for holder, and

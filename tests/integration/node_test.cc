@@ -1431,6 +1431,60 @@ limits: {max_concurrent: 2, queue_depth: 1, client_timeout: 60s}
   EXPECT_EQ(answer, "{\"return\": 3, \"error\": null}");
 }
 
+// A client reading its answer a little at a time resets client_timeout,
+// which bounds each write only, so it held its request thread for as long
+// as it liked (here the 12 MB answer would take about 25 minutes). The
+// whole answer must now be taken within request_timeout.
+TEST(NodeDeadlines, AnAnswerReadALittleAtATimeIsCutAtRequestTimeout) {
+  NodeProcess node(R"(tenants:
+  - {name: acme, token: acme-token-0123456789abcdef, profile: default}
+limits: {client_timeout: 60s, request_timeout: 3s}
+)");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string body = request("def main(args):\n    return 'x' * 12000000");
+  const std::string sent =
+      "POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme-token-0123456789abcdef\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int small = 4096;
+  ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(node.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::send(s, sent.data(), sent.size(), MSG_NOSIGNAL), static_cast<ssize_t>(sent.size()));
+  // 1 KiB every 100 ms, for at most 60 s: well within client_timeout each time.
+  size_t received = 0;
+  bool ended = false;
+  std::chrono::steady_clock::duration answering{};
+  std::chrono::steady_clock::time_point first;
+  char buf[1024];
+  while (!ended && (received == 0 || std::chrono::steady_clock::now() - first < 60s)) {
+    const ssize_t n = ::recv(s, buf, sizeof buf, 0);
+    if (n <= 0) {
+      ended = true;
+      break;
+    }
+    if (received == 0) first = std::chrono::steady_clock::now();
+    received += static_cast<size_t>(n);
+    answering = std::chrono::steady_clock::now() - first;
+    std::this_thread::sleep_for(100ms);
+  }
+  ::close(s);
+  EXPECT_TRUE(ended) << "still answering after 60 s, " << received << " bytes read";
+  EXPECT_LT(received, 12000000u);
+  EXPECT_LT(answering, 20s) << received << " bytes read";
+  for (int i = 0; i < 100 && node.log().find("did not take its answer") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
+  EXPECT_NE(node.log().find("a client did not take its answer within 3s (limits.request_timeout): its connection "
+                            "was reset"),
+            std::string::npos)
+      << node.log();
+  expect_health_and_a_run(node, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
+}
+
 TEST(NodeDeadlines, RefusedClientsSendingTheirBodiesSlowlyHoldNoRequestThread) {
   // A client without a token, sending its body a byte at a time: the body
   // used to be read (to be dropped) on a request thread until
