@@ -14,6 +14,7 @@
 #include <httplib.h>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -72,9 +73,10 @@ class NodeProcess {
   // config: the node config's text without listeners (added here), or "" for
   // the built-in config with --listen.
   // join_cgroups: cgroup.procs files the node joins before it starts.
+  // in_child: called in the node's process before it execs (no allocation).
   explicit NodeProcess(const std::string& config_body = "", const std::string& extra_listeners = "",
-                       std::vector<std::string> join_cgroups = {})
-      : port_(free_port()), join_cgroups_(std::move(join_cgroups)) {
+                       std::vector<std::string> join_cgroups = {}, std::function<void()> in_child = {})
+      : port_(free_port()), join_cgroups_(std::move(join_cgroups)), in_child_(std::move(in_child)) {
     tmp_ = dir_.path() + "/tmp";
     ::mkdir(tmp_.c_str(), 0755);
     log_ = dir_.path() + "/node.log";
@@ -170,6 +172,7 @@ class NodeProcess {
         if (cg < 0 || ::write(cg, "0", 1) != 1) ::_exit(125);
         ::close(cg);
       }
+      if (in_child_) in_child_();
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -182,6 +185,7 @@ class NodeProcess {
   TempDir dir_;
   int port_;
   std::vector<std::string> join_cgroups_;
+  std::function<void()> in_child_;
   pid_t pid_ = -1;
   std::string tmp_;
   std::string log_;
