@@ -57,15 +57,15 @@ json credential_of(const std::string& tenant, bool by_token) {
 
 }  // namespace
 
-json run_started_record(const AuditContext& ctx, const std::string& profile, const std::string& language) {
+json run_started_record(const AuditContext& ctx) {
   json j = event_record("run_started");
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
   j["credential"] = credential_of(ctx.tenant, ctx.by_token);
-  j["profile"] = profile;
+  j["profile"] = ctx.profile;
   j["profile_sha256"] = ctx.profile_sha256;
   j["rootfs"] = ctx.rootfs;
-  j["language"] = language;
+  j["language"] = ctx.language;
   j["api"] = ctx.api;
   j["client"] = ctx.client;
   j["code_sha256"] = ctx.code_sha256;
@@ -80,10 +80,10 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["run_id"] = ctx.run_id;
   j["tenant"] = ctx.tenant;
   j["credential"] = credential_of(ctx.tenant, ctx.by_token);
-  j["profile"] = get("profile");
+  j["profile"] = ctx.profile;
   j["profile_sha256"] = ctx.profile_sha256;
   j["rootfs"] = ctx.rootfs;
-  j["language"] = get("language");
+  j["language"] = ctx.language;
   j["api"] = ctx.api;
   j["client"] = ctx.client;
   j["code_sha256"] = ctx.code_sha256;

@@ -773,6 +773,8 @@ AuditContext audit_context(const std::string& api, const TenantConfig& tenant, c
   ctx.code_sha256 = sha256_hex(job.request.exec.code);
   ctx.profile_sha256 = tenant.profile_sha256;  // the tenant the job was made from
   ctx.rootfs = job.rootfs_tree;
+  ctx.profile = job.profile_name;
+  ctx.language = to_string(job.request.exec.language);
   ctx.input_bytes = job.request.exec.inputs.dump().size();
   return ctx;
 }
@@ -903,8 +905,7 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
           current_rootfs_tree(rootfs_path(tenant->profile))};
   res.set_header("X-Nsbox-Run-Id", job.run_id);
   const AuditContext ctx = audit_context(native ? "v1" : "run", *tenant, req, job);
-  if (auto log = audit();
-      !log->write(run_started_record(ctx, job.profile_name, to_string(job.request.exec.language)))) {
+  if (auto log = audit(); !log->write(run_started_record(ctx))) {
     res.headers.erase("X-Nsbox-Run-Id");
     return refuse_unaudited(req, res, *log, tenant);
   }

@@ -28,9 +28,11 @@ struct AuditContext {
   std::string code_sha256;
   std::string profile_sha256;  // of the profile as the run used it (a reload may change it, not its name)
   std::string rootfs;          // the tree the run's root was made of: its rootfs path resolved
-  uint64_t input_bytes = 0;    // the inputs object as JSON
-  double duration_s = 0;       // admission to result
-  uint64_t answer_bytes = 0;   // the answer's body: the return value, or the whole result (/v1/runs)
+  std::string profile;         // the profile's name, as the node gave the job to the spawner
+  std::string language;
+  uint64_t input_bytes = 0;   // the inputs object as JSON
+  double duration_s = 0;      // admission to result
+  uint64_t answer_bytes = 0;  // the answer's body: the return value, or the whole result (/v1/runs)
   // Who ended a run the node stopped: "client_closed" (its client went
   // away), "node_stopping" (past the grace period), or null.
   const char* killed_by = nullptr;
@@ -47,8 +49,7 @@ void set_audit_node_id(std::string id);
 //  "profile_sha256", "rootfs", "language", "api", "client", "code_sha256",
 //  "input_bytes"}: written as the run is given its sandbox, so that a run
 //  the node does not live to finish is on record.
-nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::string& profile,
-                                          const std::string& language);
+nlohmann::ordered_json run_started_record(const AuditContext& ctx);
 
 // {"time", "event": "run", "run_id", "tenant", "credential", "profile", "profile_sha256", "rootfs", "language", "api",
 //  "client",
@@ -60,6 +61,8 @@ nlohmann::ordered_json run_started_record(const AuditContext& ctx, const std::st
 //  kAuditArtifactsListed), "artifacts_unlisted" (the rest, a count),
 //  "artifacts_refused" (a count), "denied_syscalls",
 //  "network"} from the worker's result; network is null or the egress totals.
+//  profile and language are the context's: a worker that died has no result
+//  to name them.
 nlohmann::ordered_json audit_record(const AuditContext& ctx, const nlohmann::ordered_json& result);
 
 // One line per connection the run's egress proxy decided: {"time", "event":

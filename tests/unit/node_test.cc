@@ -658,6 +658,8 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
                    .code_sha256 = "abc",
                    .profile_sha256 = "def",
                    .rootfs = "/var/lib/nsbox/rootfs/default.5db4d2ad1d1a",
+                   .profile = "default",
+                   .language = "python",
                    .input_bytes = 12,
                    .duration_s = 0.0425,
                    .answer_bytes = 31};
@@ -694,6 +696,27 @@ TEST(Audit, RecordCarriesTheRunsFacts) {
   EXPECT_EQ(r["peak_memory_bytes"], 4096);
   EXPECT_EQ(r["limits_hit"], json::array({"output"}));
   EXPECT_EQ(r["time"].get<std::string>().size(), 24u);
+}
+
+// A worker killed mid-run sends no result: the node's answer for it names
+// neither profile nor language, yet the record of the run must, as its
+// run_started record did.
+TEST(Audit, ARunWhoseWorkerDiedIsRecordedWithItsProfileAndLanguage) {
+  AuditContext ctx;
+  ctx.run_id = "r2";
+  ctx.tenant = "acme";
+  ctx.profile = "strict";
+  ctx.language = "javascript";
+  const json died = {{"return", nullptr},
+                     {"error", "The sandbox could not be started: worker ended without a result"},
+                     {"status", "error"},
+                     {"error_type", "sandbox"}};
+  const json r = audit_record(ctx, died);
+  EXPECT_EQ(r["profile"], "strict") << r;
+  EXPECT_EQ(r["language"], "javascript") << r;
+  const json started = run_started_record(ctx);
+  EXPECT_EQ(started["profile"], r["profile"]);
+  EXPECT_EQ(started["language"], r["language"]);
 }
 
 TEST(Audit, ARefusalRecordNamesWhoAskedForWhatAndWhyButNoHeaderValue) {
