@@ -892,6 +892,14 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
       return reject(req, res, "shutting_down", 503, "the node is shutting down; retry on another node", tenant);
   }
   AdmissionSlot slot(admission_);
+  // Between the spawner's death and the drain it starts, a run would only
+  // fail (and be recorded as run).
+  if (!spawner_.alive()) {
+    res.set_header("Retry-After", "1");
+    res.set_header("Connection", "close");
+    return reject(req, res, "shutting_down", 503,
+                  "the node is shutting down (its spawner has died); retry on another node", tenant);
+  }
   const int client = served_socket();
   if (client_went_away(client))
     return reject(req, res, "client_closed", 499,
@@ -1235,6 +1243,9 @@ void Node::drain(const char* cause) {
   auto cfg = config();
   spdlog::info("stopping: no new runs; {} running get up to {}", admission_.running(),
                format_duration(cfg->grace_period));
+  notify_service_manager("STOPPING=1\nSTATUS=stopping (" + std::string(cause) +
+                         "): " + std::to_string(admission_.running()) + " runs get up to " +
+                         format_duration(cfg->grace_period) + " to finish");
   json stopping = event_record("node_stopping");
   stopping["cause"] = cause;
   stopping["running"] = admission_.running();
@@ -1301,11 +1312,10 @@ int Node::serve(const sigset_t& signals) {
       // Every run would fail from now on: stopped, so that the service
       // manager starts the node again, rather than serving errors.
       spdlog::critical("the spawner (pid {}) has died: no run can start; stopping", spawner_.pid());
-      notify_service_manager("STOPPING=1");
       drain("spawner_died");
       return 1;
     }
-    if (sig < 0) {
+    if (sig < 0 || sig == SIGCHLD) {
       audit()->write_suppressed();  // a flood of refusals that stopped is said within a second or two
       continue;
     }
@@ -1317,7 +1327,6 @@ int Node::serve(const sigset_t& signals) {
       continue;
     }
     spdlog::info("{} received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    notify_service_manager("STOPPING=1");
     drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
     break;
   }
@@ -1382,7 +1391,8 @@ int run_node(const NodeOptions& options) {
   spawner.start(LauncherOptions{.cgroup_parent = config.cgroup_parent, .cgroup_host = std::nullopt});
   sigset_t signals;
   sigemptyset(&signals);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);
+  // SIGCHLD: the spawner's death wakes the node at once (no run can start).
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&signals, sig);
   // Blocked before any thread starts, so only sigwaitinfo sees them.
   ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);

@@ -181,6 +181,17 @@ TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
     if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
   ASSERT_GT(spawner, 0) << "no nsbox-spawner among the node's children";
   ASSERT_EQ(::kill(spawner, SIGKILL), 0);
+  // Requests from then on are refused as the node's stop (it learns of the
+  // death at once), never run into a failure (a 500 and a run on record).
+  std::string answers;
+  for (int i = 0; i < 20; ++i) {
+    auto c = node.client();
+    auto r =
+        post(c, "/run", request("def main(args):\n    return 1"), {{"Authorization", std::string("Bearer ") + kToken}});
+    if (!r) continue;  // no longer listening
+    answers += std::to_string(r->status) + " " + r->body + "\n";
+    EXPECT_EQ(r->status, 503) << r->body;
+  }
   EXPECT_EQ(node.wait_exit(), 1) << node.log();
   EXPECT_NE(node.log().find("the spawner (pid " + std::to_string(spawner) + ") has died"), std::string::npos)
       << node.log();
@@ -188,6 +199,7 @@ TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
   ASSERT_EQ(stopping.size(), 1u) << slurp(node.dir() + "/audit.log");
   EXPECT_EQ(stopping[0]["cause"], "spawner_died");
   EXPECT_EQ(records_of(node.dir() + "/audit.log").back()["event"], "node_stopped");
+  EXPECT_TRUE(records_of(node.dir() + "/audit.log", "run_started").empty()) << answers;
 }
 
 // A warm sandbox's worker killed (an operator, the OOM killer) cannot remove
