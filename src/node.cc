@@ -1406,8 +1406,12 @@ int run_node(const NodeOptions& options) {
   // results took the node from 12 to 700 MB, and it stayed there.
   ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
+  const std::string cgroup_parent = config.cgroup_parent;
   Node node(options, std::move(config), spawner);
-  return node.serve(signals);
+  const int status = node.serve(signals);
+  // A spawner that died never removed the run parent it made.
+  if (!spawner.alive()) remove_empty_run_parents(CgroupHost::detect(cgroup_parent));
+  return status;
 }
 
 }  // namespace nsbox

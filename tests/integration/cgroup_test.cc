@@ -790,6 +790,25 @@ TEST_F(Cgroups, ANodeAloneInItsCgroupRunsWithLimitsAndLeavesNothingWhenStopped) 
   EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
 }
 
+// A node whose spawner dies (the OOM killer, an operator) stops; the
+// spawner never gets to remove the run-parent cgroup it made, so the node
+// does (it stayed, in every hierarchy, until the next nsbox's run).
+TEST_F(Cgroups, ANodeWhoseSpawnerDiedLeavesNoCgroupItMadeBehind) {
+  OwnCgroup own(launcher().cgroup_host());
+  {
+    NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\n", "", own.procs_files());
+    ASSERT_TRUE(node.ready()) << node.log();
+    auto r = post(node.client(), "/run", request("def main(args):\n    return 1"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    const std::vector<pid_t> spawner = children_of(node.pid());
+    ASSERT_EQ(spawner.size(), 1u);
+    ASSERT_EQ(::kill(spawner[0], SIGKILL), 0);
+    EXPECT_EQ(node.wait_exit(), 1) << node.log();
+  }
+  EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
+}
+
 // A host whose cgroups offer no controllers (v2 mounted, nothing delegated).
 CgroupHost host_without_controllers() {
   CgroupHost host;
