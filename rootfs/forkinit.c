@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -114,6 +115,15 @@ static void send_self(const struct nsbox_run* run, char tag) {
  * this kernel, unlike a move by pid. nsbox checks the result. */
 static void join_run_cgroup(const struct nsbox_run* run) {
   send_self(run, 'P');
+  /* The fork server is held (CLONE_VFORK) until this process execs or
+   * exits: a supervisor that stalls before it answers (stopped, starved)
+   * must not hold every fork of the profile behind it. It gives up on
+   * this run after as long (nsbox's "no run init within 10 s"). */
+  struct pollfd answered = {.fd = run->fds[FD_RUN], .events = POLLIN};
+  int ready;
+  do ready = poll(&answered, 1, JOIN_ANSWER_TIMEOUT_MS);
+  while (ready < 0 && errno == EINTR);
+  if (ready == 0) fail(run, "join cgroup", "nsbox's answer (none within 10 s)", ETIMEDOUT);
   char answer = 0;
   union message_control control;
   struct iovec iov;

@@ -7,6 +7,10 @@
 
 #define SETUP_FAILED_EXIT 125 /* kSetupFailedExit */
 
+/* How long the run's PID 1 waits for nsbox to answer its 'P' (its cgroup),
+ * while it holds its fork server: as long as nsbox waits for the run's init. */
+#define JOIN_ANSWER_TIMEOUT_MS 10000
+
 /* What PID 1 execs once the run is set up and its workload forked, and the
  * environment variable that tells it "RUN_FD REPORT_FD WORKLOAD_PID". */
 #define NSBOX_INIT_PATH "/opt/nsbox/nsbox-init"

@@ -24,7 +24,9 @@
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
+#include "forkinit.h"
 #include "node_process.h"
+#include "nsbox/fork_messages.h"
 #include "nsbox/proc_stat.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
@@ -530,6 +532,72 @@ TEST_F(ForkServer, ARunEndsWhenItsSupervisorDies) {
   };
   for (int i = 0; i < 250 && !left().empty(); ++i) std::this_thread::sleep_for(20ms);
   for (const auto& path : left()) ADD_FAILURE() << path << " outlived the supervisor that made it";
+}
+
+// The state letter of /proc/PID/stat ('S', 'D', 'T', ...), or 0.
+char state_of(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const size_t end = stat.rfind(')');
+  return end == std::string::npos || end + 2 >= stat.size() ? 0 : stat[end + 2];
+}
+
+static_assert(JOIN_ANSWER_TIMEOUT_MS == kForkStepTimeoutMs, "PID 1 waits for nsbox as long as nsbox waits for it");
+
+// The fork server waits (CLONE_VFORK) until a run's new PID 1 has been put
+// in its cgroup by the pool worker that asked for it. A worker that stalled
+// there (stopped by an operator, starved) held the fork server for good:
+// every later fork of the profile waited 10 s and was started cold. PID 1
+// now gives up after 10 s, and the fork server serves again while the
+// worker is still stopped. strace stops the worker at that moment.
+TEST_F(ForkServer, AWorkerThatStallsMidForkHoldsItsForkServerAtMostTenSeconds) {
+  if (::access("/usr/bin/strace", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/strace to stop a worker mid-fork";
+  pid_t spawner = -1;
+  for (pid_t child : children_of(node_.pid()))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
+  ASSERT_GT(spawner, 0);
+  const std::vector<pid_t> zygotes = fork_servers_of(node_.pid());
+  ASSERT_EQ(zygotes.size(), 1u);
+  const pid_t zygote = zygotes[0];
+  // Each new worker is stopped as it opens its run's PID 1 (its first
+  // pidfd_open), before it answers PID 1 with the run's cgroup.
+  const std::string target = std::to_string(spawner);
+  const pid_t tracer = ::fork();
+  if (tracer == 0) {
+    ::execl("/usr/bin/strace", "strace", "-f", "-q", "-o", "/dev/null", "-e", "trace=pidfd_open", "-e",
+            "inject=pidfd_open:signal=SIGSTOP:when=1", "-p", target.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(tracer, 0);
+  pid_t stalled = -1;
+  struct Release {  // whatever strace stopped goes on
+    const pid_t& worker;
+    pid_t tracer;
+    pid_t spawner;
+    ~Release() {
+      ::kill(tracer, SIGTERM);
+      int status;
+      ::waitpid(tracer, &status, 0);
+      for (pid_t p : {worker, spawner})
+        if (p > 0) ::kill(p, SIGCONT);
+    }
+  } release{stalled, tracer, spawner};
+  for (int i = 0; i < 500 && slurp("/proc/" + target + "/status").find("TracerPid:\t0\n") != std::string::npos; ++i)
+    std::this_thread::sleep_for(20ms);
+  // Takes the warm sandbox: the refill's worker is stopped mid-fork.
+  EXPECT_EQ(run_as(node_, "def main(args):\n    return 1", true).value("return", json()), 1);
+  for (int i = 0; i < 1500 && stalled < 0; ++i, std::this_thread::sleep_for(20ms))
+    for (pid_t child : children_of(spawner))
+      if (state_of(child) == 't' || state_of(child) == 'T') stalled = child;
+  ASSERT_GT(stalled, 0) << "no worker was stopped mid-fork";
+  // Within PID 1's 10 s (and the emulated guest's slowness): the fork
+  // server waits for its next request again, with no run held.
+  bool serving = false;
+  for (int i = 0; i < 1500 && !serving; ++i, std::this_thread::sleep_for(20ms))
+    serving = children_of(zygote).empty() && state_of(zygote) == 'S';
+  EXPECT_TRUE(serving) << "fork server state " << state_of(zygote) << ", " << children_of(zygote).size()
+                       << " children, 30 s after its worker stalled";
+  const char worker_state = state_of(stalled);
+  EXPECT_TRUE(worker_state == 't' || worker_state == 'T') << "the worker was let go before: " << worker_state;
 }
 
 TEST_F(ForkServer, AMissIsForkedToo) {
