@@ -275,7 +275,9 @@ int run_command(const RunOptions& opt) {
   }
   Result result = launcher.run(spec, cancel.get());
   if (relay) {
-    for (auto& problem : relay->finish()) result.warnings.push_back(std::move(problem));
+    // A termination signal (cancel stays readable) ends waiting for a
+    // reader of nsbox's output that stopped reading.
+    for (auto& problem : relay->finish(cancel.get())) result.warnings.push_back(std::move(problem));
     terminal->restore();
   }
   if (opt.json) {

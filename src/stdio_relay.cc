@@ -112,6 +112,15 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
     lane->unread_probe.reset(::fcntl(read_end.get(), F_DUPFD_CLOEXEC, 3));
     if (!lane->unread_probe) throw SysError("dup", "relay of standard input", errno);
   }
+  struct stat st {};
+  if (!input && ::fstat(first, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    // Written without blocking, so that a reader that stopped reading
+    // cannot hold nsbox once it is told to stop (finish()); the caller's
+    // description keeps its flags. Without one (no reader right now), the
+    // caller's own is written as it is.
+    const std::string path = "/proc/self/fd/" + std::to_string(first);
+    lane->writer.reset(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  }
   lane->ours = std::move(input ? write_end : read_end);
   if (::fcntl(lane->ours.get(), F_SETFL, O_NONBLOCK) != 0)
     throw SysError("fcntl", std::string("relay of ") + stdio_name(first), errno);
@@ -163,6 +172,12 @@ bool StdioRelay::wait_for(int fd, short events) {
   return n != 0 || !finishing_.load();
 }
 
+bool StdioRelay::wait_for_room(int fd) {
+  pollfd p[2] = {{fd, POLLOUT, 0}, {give_up_fd_.load(), POLLIN, 0}};
+  const int n = ::poll(p, 2, 100);
+  return !(n > 0 && (p[1].revents & POLLIN) && !(p[0].revents & (POLLOUT | POLLERR | POLLHUP)));
+}
+
 void StdioRelay::pump_output(Lane& lane) {
   char buf[65536];
   for (;;) {
@@ -179,11 +194,15 @@ void StdioRelay::pump_output(Lane& lane) {
     if (length < static_cast<size_t>(n) && lane.problem.empty())
       lane.problem = lane_name(lane) + ": the run's output past " + format_size(max_output_bytes_) +
                      " (its file size limit) was dropped";
+    const int to = lane.writer ? lane.writer.get() : lane.original.get();
     for (size_t done = 0; done < length;) {
-      const ssize_t w = ::write(lane.original.get(), buf + done, length - done);
+      const ssize_t w = ::write(to, buf + done, length - done);
       if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EAGAIN && wait_for_room(to)) continue;
       if (w <= 0) {
-        lane.problem = "writing the run's " + lane_name(lane) + ": " + std::strerror(w < 0 ? errno : EIO) +
+        lane.problem = "writing the run's " + lane_name(lane) + ": " +
+                       (w < 0 && errno == EAGAIN ? std::string("nsbox was told to stop and its reader takes no more")
+                                                 : std::strerror(w < 0 ? errno : EIO)) +
                        "; the rest was dropped";
         lane.copied = max_output_bytes_;
         length = done;
@@ -223,10 +242,11 @@ void StdioRelay::pump_input(Lane& lane) {
   lane.ours.reset();  // end of input for the run
 }
 
-std::vector<std::string> StdioRelay::finish() {
+std::vector<std::string> StdioRelay::finish(int give_up_fd) {
   std::vector<std::string> problems;
   if (finished_) return problems;
   finished_ = true;
+  give_up_fd_ = give_up_fd;
   // Our own copies of the sandbox's ends close here; once the run's are
   // gone too, each pump sees the end of its stream.
   for (auto& lane : lanes_) {

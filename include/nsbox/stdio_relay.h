@@ -37,9 +37,12 @@ class StdioRelay {
   StdioRelay& operator=(const StdioRelay&) = delete;
 
   // Puts the original descriptors back and waits until what the run wrote
-  // has reached them. Returns what went wrong on the way (a full disk, the
-  // cap reached), one line each.
-  std::vector<std::string> finish();
+  // has reached them, or, once give_up_fd is readable (nsbox was told to
+  // stop), only as long as they take it without waiting: a FIFO whose
+  // reader stopped reading would otherwise hold nsbox for good. Returns
+  // what went wrong on the way (a full disk, the cap reached, output
+  // dropped), one line each.
+  std::vector<std::string> finish(int give_up_fd = -1);
 
  private:
   struct Lane {
@@ -52,6 +55,7 @@ class StdioRelay {
     off_t relayed = 0;      // input: bytes put into the pipe
     UniqueFd unread_probe;  // input: a read end, to count what the run left unread
     UniqueFd reader;        // input from a terminal or FIFO: our own non-blocking description
+    UniqueFd writer;        // output to a named FIFO: our own non-blocking description
     std::string problem;
     std::thread thread;
   };
@@ -64,10 +68,14 @@ class StdioRelay {
   // Waits up to 100 ms for events on fd; false once finish() has begun
   // and nothing came.
   bool wait_for(int fd, short events);
+  // Waits up to 100 ms until fd takes more output; false once finish()
+  // was told to give up and fd still takes none.
+  bool wait_for_room(int fd);
   static std::string lane_name(const Lane& lane);
 
   uint64_t max_output_bytes_;
   std::atomic<bool> finishing_{false};
+  std::atomic<int> give_up_fd_{-1};
   std::vector<std::unique_ptr<Lane>> lanes_;
   bool finished_ = false;
 };

@@ -1,6 +1,9 @@
 // Timeouts, signals, exit codes, output caps and setup errors.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -51,6 +54,74 @@ TEST(Supervision, SigtermToNsboxTearsTheSandboxDown) {
   ::kill(cli, SIGTERM);
   EXPECT_EQ(wait_cli(cli), 128 + SIGKILL);
   EXPECT_TRUE(wait_for_no_process(marker, 2000));
+}
+
+// nsbox's stdout a named FIFO whose reader stopped reading: the run's
+// output waits in the relay, and after SIGTERM nsbox waited to write it
+// for as long as the reader held the FIFO open, deaf to further signals.
+// Told to stop, it now drops what the reader does not take and exits 137.
+TEST(Supervision, SigtermEndsNsboxEvenWhenItsFifoReaderStoppedReading) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/out";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // never read
+  ASSERT_GE(reader, 0);
+  const std::string marker = unique_token("nsbox-fifo-");
+  const std::string rootfs = test_rootfs();
+  const pid_t cli = ::fork();
+  if (cli == 0) {
+    const int out = ::open(fifo.c_str(), O_WRONLY);
+    if (out < 0 || ::dup2(out, 1) < 0) ::_exit(126);
+    ::execl(NSBOX_BINARY, NSBOX_BINARY, "run", "--rootfs", rootfs.c_str(), "--", "/bin/sh", "-c",
+            ("head -c 1000000 /dev/zero; exec sleep 1000 " + marker).c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(cli, 0);
+  // The FIFO and the relay's pipe are full once head is blocked writing.
+  ASSERT_TRUE(wait_for_process("head -c 1000000 /dev/zero", 10000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(cli, SIGTERM);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 500 && done == 0; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    done = ::waitpid(cli, &status, WNOHANG);
+  if (done == 0) {
+    ::kill(cli, SIGKILL);
+    ::waitpid(cli, &status, 0);
+  }
+  ::close(reader);
+  ASSERT_EQ(done, cli) << "nsbox still waiting for the FIFO's reader 10 s after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL) << status;
+  EXPECT_TRUE(wait_for_no_process("head -c 1000000 /dev/zero", 2000));
+}
+
+// Without a signal, a slow reader of nsbox's FIFO gets every byte: nsbox
+// waits for it as long as it reads.
+TEST(Supervision, ASlowFifoReaderGetsAllOfTheOutput) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/out";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string rootfs = test_rootfs();
+  const pid_t cli = ::fork();
+  if (cli == 0) {
+    const int out = ::open(fifo.c_str(), O_WRONLY);
+    if (out < 0 || ::dup2(out, 1) < 0) ::_exit(126);
+    ::execl(NSBOX_BINARY, NSBOX_BINARY, "run", "--rootfs", rootfs.c_str(), "--", "head", "-c", "1000000", "/dev/zero",
+            nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(cli, 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  size_t got = 0;
+  char buf[16384];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof buf)) > 0;) {
+    got += static_cast<size_t>(n);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::close(reader);
+  EXPECT_EQ(wait_cli(cli), 0);
+  EXPECT_EQ(got, 1000000u);
 }
 
 TEST(Supervision, SigkillOfNsboxKillsTheSandboxToo) {
