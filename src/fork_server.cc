@@ -1,6 +1,7 @@
 #include "nsbox/fork_server.h"
 
 #include <sys/mount.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <set>
@@ -9,10 +10,37 @@
 
 #include "nsbox/digest.h"
 #include "nsbox/mounts.h"
+#include "nsbox/unique_fd.h"
 #include "nsbox/userns.h"
 #include "nsbox/workspace.h"
 
 namespace nsbox {
+
+namespace {
+constexpr int kForkRequestHeadroom = 64 * 1024;  // the fds, headers
+}  // namespace
+
+// A message on a Unix datagram socket may be as large as the sender's send
+// buffer, by default about 208 KiB (net.core.wmem_default): a fork request
+// carrying a profile's large env would fail with EMSGSIZE. A profile whose
+// runs' requests exceed fork_request_capacity() is refused when the node
+// loads it (prepare_forked checks each one again).
+void make_room_for_a_fork_request(int sock) {
+  const int bytes = static_cast<int>(kMaxForkRequestBytes) + kForkRequestHeadroom;
+  if (::setsockopt(sock, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+    ::setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
+size_t fork_request_capacity() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return 0;
+  const UniqueFd a(sv[0]), b(sv[1]);
+  make_room_for_a_fork_request(a.get());
+  int buffer = 0;
+  socklen_t length = sizeof buffer;
+  if (::getsockopt(a.get(), SOL_SOCKET, SO_SNDBUF, &buffer, &length) != 0 || buffer <= kForkRequestHeadroom) return 0;
+  return std::min(kMaxForkRequestBytes, static_cast<size_t>(buffer - kForkRequestHeadroom));
+}
 
 namespace {
 

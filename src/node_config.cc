@@ -151,6 +151,13 @@ void check_fork_requests(const Field& at, const std::string& ref, const Profile&
               std::to_string(bytes) + " bytes: env, tmpfs mounts, masks and seccomp program) exceed the " +
               std::to_string(kMaxForkRequestBytes >> 20) +
               " MiB a fork request carries; make env smaller or turn fork_server off");
+    // Less where nsbox cannot raise a socket's send buffer past wmem_max.
+    if (const size_t here = fork_request_capacity(); bytes > here)
+      at.fail("profile " + ref + ": with fork_server, a " + to_string(language) + " run's settings (" +
+              std::to_string(bytes) + " bytes) exceed the " + std::to_string(here) +
+              " bytes a fork request carries on this host: nsbox cannot raise a socket's send buffer past "
+              "net.core.wmem_max without CAP_NET_ADMIN; raise net.core.wmem_max to " +
+              std::to_string(bytes + 64 * 1024) + " or more, make env smaller, or turn fork_server off");
   }
 }
 

@@ -321,24 +321,6 @@ void WarmPool::refill(std::vector<pid_t>& children) {
   update_gauges();
 }
 
-namespace {
-
-// A message on a Unix datagram socket may be as large as the sender's send
-// buffer, by default about 208 KiB (net.core.wmem_default): a fork request
-// carrying a profile's large env would fail with EMSGSIZE. The buffer is
-// raised to hold the largest request the fork servers read; past
-// net.core.wmem_max only with CAP_NET_ADMIN (nsbox runs as root), so
-// SO_SNDBUF is the fallback, under which a large request still fails with
-// EMSGSIZE. A profile whose runs' requests exceed kMaxForkRequestBytes is
-// refused when the node loads it (prepare_forked checks each one again).
-void make_room_for_a_fork_request(int sock) {
-  const int bytes = static_cast<int>(kMaxForkRequestBytes + 64 * 1024);  // and the fds, headers
-  if (::setsockopt(sock, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
-    ::setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-}
-
-}  // namespace
-
 bool WarmPool::start_keeper(Key& k, std::vector<pid_t>& children) {
   if (!keeper_main_ || k.keeper.pid > 0) return false;  // none, or the last one is still ending
   int ctl[2], requests[2];

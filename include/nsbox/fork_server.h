@@ -42,6 +42,17 @@ inline constexpr int kForkRequestFds = 7;
 // (MAX_REQUEST in zygote.py and rootfs/forknode.c).
 inline constexpr size_t kMaxForkRequestBytes = 1 << 20;
 
+// Raises the send buffer of sock (a Unix SEQPACKET socket to a fork
+// server) to hold the largest fork request and its fds: past
+// net.core.wmem_max only with CAP_NET_ADMIN (SO_SNDBUFFORCE), else as far
+// as wmem_max lets SO_SNDBUF.
+void make_room_for_a_fork_request(int sock);
+
+// The largest fork request a socket made so carries here: kMaxForkRequestBytes,
+// or less where nsbox lacks CAP_NET_ADMIN and net.core.wmem_max is small
+// (the default 212992 gives about 350 KiB). 0 when no socket can be made.
+size_t fork_request_capacity();
+
 // Why spec's runs cannot come from a fork server, or "" when they can.
 std::string fork_server_refusal(const RunSpec& spec);
 

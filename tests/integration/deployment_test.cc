@@ -2,6 +2,8 @@
 // leave nsbox all it needs.
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/fork_server.h"
 
 namespace nsbox::testing {
 namespace {
@@ -115,6 +118,11 @@ TEST(Deployment, TheUnitsCapabilityBoundingSetLeavesNsboxWhatItNeeds) {
   ASSERT_FALSE(kept.empty()) << "no CapabilityBoundingSet= in packaging/nsbox.service.in";
   ASSERT_EQ(mask_of(kept) & ~bounding_set_of(::getpid()), 0u) << "this test runs without a capability the unit keeps";
   TempDir dir;
+  // An audit log another user owns, not yet 0600 (as a logrotate rule's
+  // `create 0640 syslog adm` leaves it): the node makes it 0600 at start.
+  const std::string audit_log = dir.write("audit.log", "");
+  ASSERT_EQ(::chown(audit_log.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(audit_log.c_str(), 0640), 0);
   const std::string forked = dir.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n");
   const std::string egress = dir.write("egress.yaml",
                                        "name: egress\nextends: default\nnetwork:\n  mode: egress\n  allow:\n    - "
@@ -123,7 +131,7 @@ TEST(Deployment, TheUnitsCapabilityBoundingSetLeavesNsboxWhatItNeeds) {
       "tenants:\n  - {name: plain, token: plain-token-0123456789abcdef, profile: default}\n"
       "  - {name: forked, token: forked-token-0123456789abcdef, profile: " +
           forked + "}\n  - {name: egress, token: egress-token-0123456789abcdef, profile: " + egress +
-          "}\nlimits: {pool_size: 1}\n",
+          "}\nlimits: {pool_size: 1}\naudit_log: " + audit_log + "\n",
       "", {}, [&kept] { keep_only(kept); });
   ASSERT_TRUE(node.ready()) << node.log();
   EXPECT_EQ(bounding_set_of(node.pid()), mask_of(kept));
@@ -146,11 +154,33 @@ TEST(Deployment, TheUnitsCapabilityBoundingSetLeavesNsboxWhatItNeeds) {
   r = run_as(node, "plain", "import time\ndef main(args):\n    time.sleep(60)", "python", 1);
   EXPECT_EQ(r.value("status", ""), "timeout") << r.dump();
   EXPECT_EQ(node.stop(SIGTERM), 0) << node.log();
+  struct stat st {};
+  ASSERT_EQ(::stat(audit_log.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_NE(slurp(audit_log).find("\"event\":\"run\""), std::string::npos) << slurp(audit_log);
   EXPECT_EQ(node.log().find(" error "), std::string::npos) << node.log();
   EXPECT_TRUE(dir_entries(node.tmp()).empty()) << "a workspace remained";
   std::set<std::string> orphans = orphaned_run_cgroups();
   for (const auto& o : orphans_before) orphans.erase(o);
   EXPECT_TRUE(orphans.empty()) << "a run cgroup remained: " << *orphans.begin();
+
+  // What a fork request may be (the node refuses a profile past it) goes
+  // through under the set: SO_SNDBUFFORCE needs CAP_NET_ADMIN, which it lacks.
+  const pid_t probe = ::fork();
+  if (probe == 0) {
+    cap_t caps = cap_init();
+    if (!caps || cap_set_flag(caps, CAP_EFFECTIVE, static_cast<int>(kept.size()), kept.data(), CAP_SET) != 0 ||
+        cap_set_flag(caps, CAP_PERMITTED, static_cast<int>(kept.size()), kept.data(), CAP_SET) != 0 ||
+        cap_set_proc(caps) != 0)
+      ::_exit(124);
+    const size_t capacity = fork_request_capacity();
+    int sv[2];
+    if (capacity == 0 || ::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0) ::_exit(125);
+    make_room_for_a_fork_request(sv[0]);
+    const std::string message(capacity, 'F');
+    ::_exit(::send(sv[0], message.data(), message.size(), MSG_DONTWAIT) == static_cast<ssize_t>(capacity) ? 0 : 1);
+  }
+  EXPECT_EQ(wait_cli(probe), 0) << "a fork request of the capacity the node allows did not go through";
 
   // `nsbox run` from the command line, as an operator under the same set.
   auto [code, out] = nsbox_keeping(kept, {"run", "--rootfs", test_rootfs(), "--", "/bin/sh", "-c", "echo sandboxed"});

@@ -3,11 +3,14 @@
 // in tests/integration/fork_server_test.cc.)
 #include "nsbox/fork_server.h"
 
+#include <sys/socket.h>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "nsbox/runtime.h"
+#include "nsbox/unique_fd.h"
 
 namespace nsbox {
 namespace {
@@ -124,6 +127,26 @@ TEST(ForkServer, TheLargestRequestIsMeasuredWithItsFilterAndStandIns) {
   EXPECT_EQ(largest_fork_request_bytes(run), 1 + fork_request(run, rlimits, SeccompProgram::strict_policy()).size());
   run.env.emplace_back("BIG", std::string(kMaxForkRequestBytes, 'x'));
   EXPECT_GT(largest_fork_request_bytes(run), kMaxForkRequestBytes);
+}
+
+// Whether a message of `bytes` goes through a fork server's socket pair
+// (SEQPACKET, its send buffer raised as nsbox raises it).
+bool fork_request_fits(size_t bytes) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return false;
+  const UniqueFd a(sv[0]), b(sv[1]);
+  make_room_for_a_fork_request(a.get());
+  const std::string message(bytes, 'F');
+  return ::send(a.get(), message.data(), message.size(), MSG_DONTWAIT) == static_cast<ssize_t>(bytes);
+}
+
+// What the node lets a profile's fork requests be is what goes through:
+// a profile refused for less, or every forked run failing with EMSGSIZE.
+TEST(ForkRequestCapacity, IsWhatASocketMadeForForkRequestsCarries) {
+  const size_t capacity = fork_request_capacity();
+  ASSERT_GT(capacity, 0u);
+  EXPECT_LE(capacity, kMaxForkRequestBytes);
+  EXPECT_TRUE(fork_request_fits(capacity)) << capacity;
 }
 
 }  // namespace
