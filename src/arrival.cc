@@ -445,10 +445,11 @@ struct ArrivalWatch::State {
     if (r->deadline < planned_wake) wake_up();
   }
 
-  // The answer, once it is being written, must be taken within
-  // request_timeout: a client reading a little at a time would otherwise
-  // hold its request thread as long as it likes (client_timeout bounds
-  // only each write).
+  // The answer, once it is being written, must be handed to the kernel
+  // within request_timeout: a client reading a little at a time would
+  // otherwise hold its request thread as long as it likes (client_timeout
+  // bounds only each write). What the socket buffers then hold goes out
+  // after the thread is done, untimed.
   void start_answer_deadline(Reading& r) {
     std::lock_guard<std::mutex> lock(mutex);
     Phase expected = Phase::kArrived;

@@ -22,15 +22,16 @@ class PriorityFlag : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
 };
 
-// %& : the message on one line. A line break in it would start a record of
+// %& : the message on one line. A line break (or NUL) in it would start a record of
 // its own, which journald would read a priority from (a "<0>" is an
 // emergency, sent to every terminal), and which a log reader takes as nsbox's.
 class OneLineMessageFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
     for (const char c : msg.payload) {
-      const char escaped[] = {'\\', c == '\n' ? 'n' : 'r'};
-      if (c == '\n' || c == '\r') {
+      // journald ends a record at a NUL too.
+      const char escaped[] = {'\\', c == '\n' ? 'n' : c == '\r' ? 'r' : '0'};
+      if (c == '\n' || c == '\r' || c == '\0') {
         dest.append(escaped, escaped + 2);
       } else {
         dest.push_back(c);
@@ -49,6 +50,10 @@ bool stderr_is_journal() {
   if (!stream || std::sscanf(stream, "%llu:%llu", &dev, &ino) != 2) return false;
   struct stat st {};
   return ::fstat(2, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+std::string error_line_prefix() {
+  return stderr_is_journal() ? "<" + std::to_string(syslog_priority(spdlog::level::err)) + ">" : "";
 }
 
 int syslog_priority(spdlog::level::level_enum level) {

@@ -1410,7 +1410,13 @@ int run_node(const NodeOptions& options) {
   Node node(options, std::move(config), spawner);
   const int status = node.serve(signals);
   // A spawner that died never removed the run parent it made.
-  if (!spawner.alive()) remove_empty_run_parents(CgroupHost::detect(cgroup_parent));
+  if (!spawner.alive()) {
+    try {
+      remove_empty_run_parents(CgroupHost::detect(cgroup_parent));
+    } catch (const std::exception& e) {
+      spdlog::warn("the run-parent cgroup the spawner made may be left: {}", e.what());
+    }
+  }
   return status;
 }
 

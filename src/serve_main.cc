@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
       try {
         nsbox::AuditLog probe(config.audit_log);  // created 0600 as at start, so a bad path shows now
       } catch (const std::exception& e) {
-        std::cerr << "nsbox serve: " << config.source << ": " << e.what() << std::endl;
+        std::cerr << nsbox::error_line_prefix() << "nsbox serve: " << config.source << ": " << e.what() << std::endl;
         return kUsageExit;
       }
       print_summary(config);
@@ -93,14 +93,14 @@ int main(int argc, char** argv) {
     }
     return nsbox::run_node(options);
   } catch (const nsbox::ProfileError& e) {
-    std::cerr << "nsbox serve: " << e.what() << std::endl;
+    std::cerr << nsbox::error_line_prefix() << "nsbox serve: " << e.what() << std::endl;
   } catch (const std::invalid_argument& e) {
     std::cerr << "nsbox serve: --listen: " << e.what() << std::endl;
   } catch (const nsbox::HostError& e) {
-    std::cerr << "nsbox serve: " << e.what() << std::endl;
+    std::cerr << nsbox::error_line_prefix() << "nsbox serve: " << e.what() << std::endl;
     return kHostUnfitExit;
   } catch (const std::exception& e) {
-    std::cerr << "nsbox serve: " << e.what() << std::endl;
+    std::cerr << nsbox::error_line_prefix() << "nsbox serve: " << e.what() << std::endl;
     return 1;
   }
   return kUsageExit;

@@ -44,8 +44,9 @@ int take_accepted_socket();
 // deadline passed first: the connection is cut and nothing is to be run.
 bool request_arrived();
 
-// On a request thread, once its answer is ready to be written: the whole
-// answer must be taken within request_timeout, or the connection is cut
+// On a request thread, once its answer is ready to be written: the thread
+// must be done writing it within request_timeout (the client has taken all
+// but what the socket buffers hold), or the connection is reset
 // (client_timeout bounds only each write, which a client reading a little
 // at a time resets).
 void answer_under_deadline();

@@ -17,6 +17,10 @@ bool stderr_is_journal();
 // debug and trace 7.
 int syslog_priority(spdlog::level::level_enum level);
 
+// What leads a line written to stderr outside the logger (why nsbox serve
+// exits): "<3>" when stderr goes to journald, else nothing.
+std::string error_line_prefix();
+
 // Makes the default logger write to stderr, a record per line (a newline in
 // a message is written as "\n"), each line led by its priority when
 // stderr goes to journald (so `journalctl -p warning` finds warnings).

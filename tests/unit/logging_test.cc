@@ -32,10 +32,12 @@ std::string log_lines(bool journal) {
     spdlog::set_level(spdlog::level::debug);
     spdlog::info("serving");
     spdlog::warn("no audit_log");
-    spdlog::error("run r1: text a run chose\n<0>forged emergency\r");
+    spdlog::error(std::string("run r1: text a run chose\n<0>forged emergency\r and \0<0>another", 61));
     spdlog::critical("stopping");
     spdlog::debug("detail");
     spdlog::default_logger()->flush();
+    const std::string fatal = error_line_prefix() + "nsbox serve: why it exits\n";  // not through the logger
+    (void)!::write(2, fatal.data(), fatal.size());
     ::_exit(0);
   }
   ::close(out[1]);
@@ -57,8 +59,8 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 TEST(Logging, UnderJournaldEachLineLeadsWithItsSyslogPriority) {
   const std::vector<std::string> lines = lines_of(log_lines(true));
-  ASSERT_EQ(lines.size(), 5u) << log_lines(true);
-  const std::vector<std::string> priorities = {"<6>", "<4>", "<3>", "<2>", "<7>"};
+  ASSERT_EQ(lines.size(), 6u) << log_lines(true);
+  const std::vector<std::string> priorities = {"<6>", "<4>", "<3>", "<2>", "<7>", "<3>nsbox serve: why it exits"};
   for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(lines[i].rfind(priorities[i], 0), 0u) << lines[i];
   EXPECT_NE(lines[1].find(" warning no audit_log"), std::string::npos) << lines[1];
 }
@@ -67,14 +69,16 @@ TEST(Logging, UnderJournaldEachLineLeadsWithItsSyslogPriority) {
 // reads a priority from: "<0>" is an emergency, written to every terminal.
 TEST(Logging, AMessagesLineBreaksCannotStartALineOfTheirOwn) {
   const std::vector<std::string> lines = lines_of(log_lines(true));
-  ASSERT_EQ(lines.size(), 5u);
-  EXPECT_NE(lines[2].find("run r1: text a run chose\\n<0>forged emergency\\r"), std::string::npos) << lines[2];
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_NE(lines[2].find("run r1: text a run chose\\n<0>forged emergency\\r and \\0<0>another"), std::string::npos)
+      << lines[2];
+  EXPECT_EQ(lines[2].find('\0'), std::string::npos);
 }
 
 TEST(Logging, ElsewhereLinesCarryNoPriority) {
   const std::string text = log_lines(false);
   const std::vector<std::string> lines = lines_of(text);
-  ASSERT_EQ(lines.size(), 5u) << text;
+  ASSERT_EQ(lines.size(), 6u) << text;
   for (const auto& line : lines) EXPECT_NE(line.front(), '<') << line;
   EXPECT_NE(lines[0].find(" info serving"), std::string::npos) << lines[0];
 }
