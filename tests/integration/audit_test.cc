@@ -181,6 +181,11 @@ TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
     if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
   ASSERT_GT(spawner, 0) << "no nsbox-spawner among the node's children";
   ASSERT_EQ(::kill(spawner, SIGKILL), 0);
+  // Dead, not dying: a request that reached it before is a run that failed.
+  for (int i = 0; i < 500; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+    const std::string stat = slurp("/proc/" + std::to_string(spawner) + "/stat");
+    if (stat.empty() || stat.find(") Z ") != std::string::npos) break;
+  }
   // Requests from then on are refused as the node's stop (it learns of the
   // death at once), never run into a failure (a 500 and a run on record).
   std::string answers;

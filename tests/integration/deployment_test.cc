@@ -66,27 +66,8 @@ uint64_t bounding_set_of(pid_t pid) {
 
 // The exit code and output (stdout and stderr) of nsbox args, run with a
 // bounding set of kept only.
-std::pair<int, std::string> nsbox_keeping(const std::vector<cap_value_t>& kept, std::vector<std::string> args) {
-  args.insert(args.begin(), NSBOX_BINARY);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int out[2];
-  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    keep_only(kept);
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
-    ::execv(argv[0], argv.data());
-    ::_exit(126);
-  }
-  ::close(out[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  ::close(out[0]);
-  return {wait_cli(pid), text};
+std::pair<int, std::string> nsbox_keeping(const std::vector<cap_value_t>& kept, const std::vector<std::string>& args) {
+  return run_cli_merged(args, [&kept] { keep_only(kept); });
 }
 
 // The doctor's lines that say warn or FAIL.

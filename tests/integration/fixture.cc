@@ -62,13 +62,15 @@ std::string read_fd(int fd) {
   return out;
 }
 
-pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd, std::string binary = NSBOX_BINARY) {
+pid_t spawn(const std::vector<std::string>& args, int out_fd, int err_fd, std::string binary = NSBOX_BINARY,
+            const std::function<void()>& in_child = {}) {
   std::vector<char*> argv;
   argv.push_back(binary.data());
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = ::fork();
   if (pid == 0) {
+    if (in_child) in_child();
     if (out_fd >= 0) ::dup2(out_fd, 1);
     if (err_fd >= 0) ::dup2(err_fd, 2);
     ::execv(binary.c_str(), argv.data());
@@ -104,6 +106,16 @@ CliResult run_cli_with_binary(const std::string& binary, const std::vector<std::
 }
 
 pid_t spawn_cli(const std::vector<std::string>& args) { return spawn(args, -1, -1); }
+
+std::pair<int, std::string> run_cli_merged(const std::vector<std::string>& args,
+                                           const std::function<void()>& in_child) {
+  int out[2];
+  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  const pid_t pid = spawn(args, out[1], out[1], NSBOX_BINARY, in_child);
+  ::close(out[1]);
+  std::string text = read_fd(out[0]);
+  return {wait_cli(pid), text};
+}
 
 std::vector<pid_t> host_pids_with_cmdline(const std::string& needle) {
   std::vector<pid_t> found;

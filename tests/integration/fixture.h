@@ -3,9 +3,11 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -43,6 +45,10 @@ struct CliResult {
 CliResult run_cli(const std::vector<std::string>& args);
 // The same with another copy of nsbox (one that finds other profiles beside it).
 CliResult run_cli_with_binary(const std::string& binary, const std::vector<std::string>& args);
+
+// The exit code and output (stdout and stderr on one pipe) of nsbox args,
+// run after in_child in the child's process (which must not allocate).
+std::pair<int, std::string> run_cli_merged(const std::vector<std::string>& args, const std::function<void()>& in_child);
 
 // Starts the nsbox binary in the background; returns its pid.
 pid_t spawn_cli(const std::vector<std::string>& args);

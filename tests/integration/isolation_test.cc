@@ -187,28 +187,11 @@ std::pair<int, std::string> nsbox_under_filter(int syscall_nr, int errno_answer,
   EXPECT_NE(ctx, nullptr);
   EXPECT_EQ(seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0), 0);  // root: no no_new_privs needed
   EXPECT_EQ(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(static_cast<uint32_t>(errno_answer)), syscall_nr, 0), 0);
-  int out[2];
-  EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-  std::vector<std::string> argv_text = {NSBOX_BINARY};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    ::dup2(out[1], 2);
+  auto outcome = run_cli_merged(args, [ctx] {
     if (seccomp_load(ctx) != 0) ::_exit(99);
-    ::execv(argv[0], argv.data());
-    ::_exit(126);
-  }
+  });
   seccomp_release(ctx);
-  ::close(out[1]);
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
-  ::close(out[0]);
-  return {wait_cli(pid), text};
+  return outcome;
 }
 
 // Under a parent's filter that refuses openat2 (systemd's RestrictSUIDSGID=

@@ -1371,6 +1371,22 @@ limits: {max_concurrent: 2, queue_depth: 2, client_timeout: 3s, request_timeout:
   EXPECT_EQ(rejected_count(metrics->body, "tenant_limit"), "1") << metrics->body;
 }
 
+// A connection to 127.0.0.1:port with a small receive window (4 KiB),
+// on which `request` was sent whole: the node's write of a large answer
+// blocks on it while the test does not read.
+int send_with_a_small_window(int port, const std::string& request) {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int small = 4096;
+  ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(::send(s, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  return s;
+}
+
 // A tenant's answers it does not read count as well: each holds a request
 // thread while it is written (client_timeout bounds each write, and a
 // client reading a little at a time resets it), so that a tenant at
@@ -1393,15 +1409,7 @@ limits: {max_concurrent: 2, queue_depth: 1, client_timeout: 60s}
   // A client with a small receive window that reads only the status line:
   // the node's write of the 12 MB answer blocks.
   auto unread_answer = [&]() {
-    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int small = 4096;
-    ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(node.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    EXPECT_EQ(::send(s, sent.data(), sent.size(), MSG_NOSIGNAL), static_cast<ssize_t>(sent.size()));
+    const int s = send_with_a_small_window(node.port(), sent);
     char status[16] = {};
     EXPECT_EQ(::recv(s, status, 15, MSG_WAITALL), 15);
     EXPECT_STREQ(status, "HTTP/1.1 200 OK");
@@ -1446,15 +1454,7 @@ limits: {client_timeout: 60s, request_timeout: 3s}
       "POST /run HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer acme-token-0123456789abcdef\r\n"
       "Content-Type: application/json\r\nContent-Length: " +
       std::to_string(body.size()) + "\r\n\r\n" + body;
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int small = 4096;
-  ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(node.port()));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(::send(s, sent.data(), sent.size(), MSG_NOSIGNAL), static_cast<ssize_t>(sent.size()));
+  const int s = send_with_a_small_window(node.port(), sent);
   // 1 KiB every 100 ms, for at most 60 s: well within client_timeout each time.
   size_t received = 0;
   bool ended = false;
