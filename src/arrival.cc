@@ -138,6 +138,7 @@ struct Draining {
 };
 
 thread_local Reading* t_reading = nullptr;
+std::atomic<uint64_t> g_answers_reset{0};
 
 std::string answer(int status, const char* phrase, const std::string& message, const char* extra_headers = "") {
   const std::string body = platform_answer(nullptr, message);
@@ -250,6 +251,8 @@ bool request_arrived() {
   return r->phase.compare_exchange_strong(expected, Phase::kArrived) || expected == Phase::kArrived ||
          expected == Phase::kAnswering;
 }
+
+uint64_t answers_reset_in_process() { return g_answers_reset.load(); }
 
 void answer_under_deadline() {
   if (Reading* r = t_reading; r && r->start_answering) r->start_answering();
@@ -613,6 +616,7 @@ struct ArrivalWatch::State {
       // to go out to the slow client after the thread is done with it.
       spdlog::warn("a client did not take its answer within {} (limits.request_timeout): its connection was reset",
                    seconds_text(limits.request_timeout));
+      ++g_answers_reset;
       const linger reset{.l_onoff = 1, .l_linger = 0};
       ::setsockopt(r->socket.get(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
       ::shutdown(r->socket.get(), SHUT_RDWR);

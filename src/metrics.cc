@@ -116,6 +116,10 @@ std::string Metrics::render(const Gauges& g) const {
   single(out, "nsbox_audit_records_lost_total", "counter",
          "Audit records the audit log's file would not take (a full disk); runs are refused while it fails.",
          g.audit_records_lost);
+  single(out, "nsbox_answers_reset_total", "counter",
+         "Answers whose client did not take them within limits.request_timeout: the connection was reset after "
+         "the run had run.",
+         g.answers_reset);
   single(out, "nsbox_oom_kills_total", "counter", "Runs killed for exceeding their memory limit.", oom_kills_);
   single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.", timeouts_);
   family(out, "nsbox_rejected_requests_total", "counter", "Requests refused before any sandbox, by reason.");

@@ -1050,6 +1050,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.max_running = cfg_now->max_concurrent;
     g.max_queued = cfg_now->queue_depth;
     g.audit_records_lost = AuditLog::records_lost_in_process();
+    g.answers_reset = answers_reset_in_process();
     g.pool = {.idle = ps.idle.load(),
               .starting = ps.starting.load(),
               .idle_memory_bytes = ps.idle_memory_bytes.load(),

@@ -51,6 +51,9 @@ bool request_arrived();
 // at a time resets).
 void answer_under_deadline();
 
+// Answers cut at their deadline (answer_under_deadline) by this process.
+uint64_t answers_reset_in_process();
+
 // On a request thread: whether its request holds what the screen gave it
 // to hold while it is served (ArrivalWatch::Screened::held) for holder, and
 // has not let go of it yet.

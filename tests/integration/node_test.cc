@@ -1482,6 +1482,7 @@ limits: {client_timeout: 60s, request_timeout: 3s}
                             "was reset"),
             std::string::npos)
       << node.log();
+  EXPECT_EQ(metric(node, "nsbox_answers_reset_total"), 1);
   expect_health_and_a_run(node, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
 }
 
