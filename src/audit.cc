@@ -135,11 +135,12 @@ json audit_record(const AuditContext& ctx, const json& r) {
   j["denied_syscalls"] = r.contains("denied_syscalls") ? r["denied_syscalls"] : json::object();
   json network = r.contains("network") ? r["network"] : json(nullptr);
   if (network.is_object()) {
+    // Bytes are null where the worker that counted them died (job_stream.h).
     j["network"] = {{"allowed", network.value("allowed", 0)},
                     {"denied", network.value("denied", 0)},
                     {"failed", network.value("failed", 0)},
-                    {"bytes_sent", network.value("bytes_sent", 0)},
-                    {"bytes_received", network.value("bytes_received", 0)}};
+                    {"bytes_sent", network.value("bytes_sent", json(0))},
+                    {"bytes_received", network.value("bytes_received", json(0))}};
   } else {
     j["network"] = nullptr;
   }

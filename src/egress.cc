@@ -52,6 +52,7 @@ struct EgressProxy::Shared {
   uint64_t requests = 0;
   uint64_t accepted = 0;
   EgressReport report;
+  EgressJournal journal;
 };
 
 namespace {
@@ -485,6 +486,7 @@ class Session {
     ++s_->requests;
     r.connections.push_back(
         {protocol, printable_target(target), port, "", EgressVerdict::kDenied, reason, 0, 0, utc_timestamp()});
+    if (s_->journal) s_->journal(r.connections.back());
   }
 
   // An HTTP request refused by the parser, named by its request line's
@@ -518,6 +520,7 @@ class Session {
     d.record = r.connections.size();
     r.connections.push_back(
         {to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0, utc_timestamp()});
+    if (s_->journal) s_->journal(r.connections.back());
     return d;
   }
 
@@ -755,6 +758,11 @@ void EgressProxy::stop() {
 EgressReport EgressProxy::report() const {
   std::lock_guard lock(shared_->mu);
   return shared_->report;
+}
+
+void EgressProxy::set_journal(EgressJournal journal) {
+  std::lock_guard lock(shared_->mu);
+  shared_->journal = std::move(journal);
 }
 
 std::vector<std::pair<std::string, std::string>> egress_environment(const EgressPolicy& policy,

@@ -20,6 +20,13 @@ std::string label(const std::string& v) {
   return out;
 }
 
+// A count of a Result's section, or 0 where it is unknown (null: the worker
+// that counted it died, job_stream.h).
+uint64_t known_count(const nlohmann::ordered_json& section, const char* key) {
+  const auto it = section.find(key);
+  return it != section.end() && it->is_number_integer() ? it->get<uint64_t>() : 0;
+}
+
 // The HELP and TYPE lines of a metric family.
 void family(std::ostream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
@@ -52,9 +59,9 @@ void Metrics::egress_finished(const std::string& tenant, const nlohmann::ordered
   if (!network.is_object()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (const char* verdict : {"allowed", "denied", "failed"})
-    egress_connections_[{tenant, verdict}] += network.value(verdict, uint64_t{0});
-  egress_bytes_[{tenant, "sent"}] += network.value("bytes_sent", uint64_t{0});
-  egress_bytes_[{tenant, "received"}] += network.value("bytes_received", uint64_t{0});
+    egress_connections_[{tenant, verdict}] += known_count(network, verdict);
+  egress_bytes_[{tenant, "sent"}] += known_count(network, "bytes_sent");
+  egress_bytes_[{tenant, "received"}] += known_count(network, "bytes_received");
 }
 
 void Metrics::rejected(const std::string& reason) {

@@ -54,7 +54,6 @@ constexpr uint64_t kMinMemory = kMinMemoryLimit;
 constexpr uint64_t kMinTmpfs = 1 * kMiB;
 constexpr uint64_t kMaxOutput = 256 * kMiB;
 constexpr uint64_t kMaxArtifacts = 100000;
-constexpr uint64_t kMaxEgressConnections = 4096;  // each one is recorded in the Result
 constexpr uint64_t kMaxArtifactBytes = 4 * kGiB;
 constexpr uint32_t kMaxId = 65534;
 

@@ -22,6 +22,22 @@ const char* to_string(RunStatus status) {
   return "unknown";
 }
 
+std::string egress_denial(const std::string& host, uint16_t port, std::string_view verdict, const std::string& reason) {
+  return host + ":" + std::to_string(port) + " " + std::string(verdict) + ": " + reason;
+}
+
+nlohmann::ordered_json to_json(const EgressConnection& c) {
+  return {{"protocol", c.protocol},
+          {"host", c.host},
+          {"port", c.port},
+          {"address", c.address},
+          {"verdict", to_string(c.verdict)},
+          {"reason", c.reason},
+          {"bytes_sent", c.bytes_sent},
+          {"bytes_received", c.bytes_received},
+          {"time", c.time}};
+}
+
 nlohmann::ordered_json to_json(const EgressReport& n) {
   using json = nlohmann::ordered_json;
   json j;
@@ -33,17 +49,9 @@ nlohmann::ordered_json to_json(const EgressReport& n) {
   j["connections"] = json::array();
   j["denials"] = json::array();
   for (const auto& c : n.connections) {
-    j["connections"].push_back({{"protocol", c.protocol},
-                                {"host", c.host},
-                                {"port", c.port},
-                                {"address", c.address},
-                                {"verdict", to_string(c.verdict)},
-                                {"reason", c.reason},
-                                {"bytes_sent", c.bytes_sent},
-                                {"bytes_received", c.bytes_received},
-                                {"time", c.time}});
+    j["connections"].push_back(to_json(c));
     if (c.verdict != EgressVerdict::kAllowed)
-      j["denials"].push_back(c.host + ":" + std::to_string(c.port) + " " + to_string(c.verdict) + ": " + c.reason);
+      j["denials"].push_back(egress_denial(c.host, c.port, to_string(c.verdict), c.reason));
   }
   if (n.connection_cap_hit) j["denials"].push_back("further connections refused: the run's connection cap is reached");
   return j;

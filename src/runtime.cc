@@ -204,15 +204,18 @@ ExecOutcome outcome_of(const RunSpec& spec, Result run) {
   return out;
 }
 
-ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd) {
+ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd,
+                     const EgressJournal& journal) {
   if (auto answer = answer_without_code(request)) return *answer;
   RunSpec spec = exec_spec(std::move(base), request.language);
   spec.stdin_data = request_text(request);
-  return outcome_of(spec, launcher.run(spec, cancel_fd));
+  return outcome_of(spec, launcher.run(spec, cancel_fd, journal));
 }
 
-ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd) {
+ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd,
+                        const EgressJournal& journal) {
   if (auto answer = answer_without_code(request)) return *answer;
+  if (journal) prepared.journal_egress(journal);
   return outcome_of(spec, prepared.finish(request_text(request), spec.limits.wall_time, cancel_fd));
 }
 

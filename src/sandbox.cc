@@ -754,6 +754,10 @@ bool PreparedRun::wait_for_input(std::chrono::milliseconds timeout, std::chrono:
                                               static_cast<int>(check_every.count()));
 }
 
+void PreparedRun::journal_egress(EgressJournal journal) {
+  if (state_->proxy) state_->proxy->set_journal(std::move(journal));
+}
+
 bool PreparedRun::restore_cpu_weight() {
   if (!state_->cpu_weight_lowered) return true;
   try {
@@ -1227,9 +1231,11 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
   return result;
 }
 
-Result Launcher::run(const RunSpec& spec, int cancel_fd) const {
+Result Launcher::run(const RunSpec& spec, int cancel_fd, const EgressJournal& journal) const {
   const auto start = Clock::now();
-  return prepare(spec)->finish(spec.stdin_data, spec.limits.wall_time, cancel_fd, start);
+  std::unique_ptr<PreparedRun> prepared = prepare(spec);
+  if (journal) prepared->journal_egress(journal);
+  return prepared->finish(spec.stdin_data, spec.limits.wall_time, cancel_fd, start);
 }
 
 }  // namespace nsbox

@@ -25,6 +25,7 @@
 #include "nsbox/fd_passing.h"
 #include "nsbox/fork_server.h"
 #include "nsbox/io.h"
+#include "nsbox/job_stream.h"
 #include "nsbox/pool.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/profile_loader.h"
@@ -195,12 +196,11 @@ std::string read_job(int fd) {
   return text;
 }
 
-// Writes a worker's answer on the job socket; nothing may unwind out of a
+// Writes a worker's answer on the job's stream; nothing may unwind out of a
 // forked worker into the server's main().
-void send_result(int job_fd, const json& result) {
+void send_result(JobStreamWriter& stream, const json& result) {
   try {
-    std::string text = result.dump(-1, ' ', false, json::error_handler_t::replace);
-    write_full(job_fd, text, "send result", "job socket");
+    stream.result(result.dump(-1, ' ', false, json::error_handler_t::replace));
   } catch (...) {
     // The server went away, or the result could not be written: the server
     // reports a worker that ended without a result.
@@ -224,8 +224,10 @@ std::unique_ptr<PreparedRun> fork_run(const Launcher& launcher, const RunSpec& e
 // run_job, but a run forked at the request is left in forked_run: its
 // teardown waits for the run's whole pid namespace to end, so a worker
 // answers first and lets it go after.
+// journal is told each egress decision of the run as it is made.
 JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_fd, int fork_server,
-                          const ParsedProfiles* profiles, std::unique_ptr<PreparedRun>& forked_run) {
+                          const ParsedProfiles* profiles, std::unique_ptr<PreparedRun>& forked_run,
+                          const EgressJournal& journal = {}) {
   static const ParsedProfiles kNone;
   const std::shared_ptr<const Profile> parsed = (profiles ? *profiles : kNone).get(job.profile_name, job.profile_yaml);
   const Profile& profile = *parsed;
@@ -238,33 +240,39 @@ JobResult run_job_leaving(const Launcher& launcher, const Job& job, int cancel_f
     const RunSpec exec = exec_spec(spec, job.request.exec.language);
     forked_run = fork_run(launcher, exec, fork_server, profile.name);
     if (forked_run) {
-      ExecOutcome outcome = finish_exec(*forked_run, exec, job.request.exec, cancel_fd);
+      ExecOutcome outcome = finish_exec(*forked_run, exec, job.request.exec, cancel_fd, journal);
       JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
       result["pool"] = "forked";
       return result;
     }
   }
-  ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd);
+  ExecOutcome outcome = run_exec(launcher, spec, job.request.exec, cancel_fd, journal);
   JobResult result = job_result(job, profile, spec, std::move(outcome), clamp_warning);
   result["pool"] = "cold";
   return result;
 }
 
+// What answers a job: runs it, leaving a run it forked in forked_run, and
+// tells journal each egress decision as it is made.
+using JobRunner = std::function<JobResult(std::unique_ptr<PreparedRun>& forked_run, const EgressJournal& journal)>;
+
 // Answers on job_fd with what run gives, or why its sandbox could not be
-// started, and closes job_fd. The server reads the answer to end of file:
+// started, and closes job_fd; the run's egress decisions go ahead of it as
+// they are made (job_stream.h). The server reads the answer to end of file:
 // it is complete before the teardown of a run that run forked (left in
 // forked_run), which waits for the run's whole pid namespace.
-void answer(UniqueFd job_fd, const std::function<JobResult(std::unique_ptr<PreparedRun>& forked_run)>& run) {
+void answer(UniqueFd job_fd, const JobRunner& run) {
   std::unique_ptr<PreparedRun> forked_run;
+  const auto stream = std::make_shared<JobStreamWriter>(job_fd.get());
   JobResult result;
   try {
-    result = run(forked_run);
+    result = run(forked_run, journal_to(stream));
   } catch (const std::exception& e) {
     result = failure_result(std::string("The sandbox could not be started: ") + e.what());
   } catch (...) {
     result = failure_result("The sandbox could not be started: unknown error");
   }
-  send_result(job_fd.get(), result);
+  send_result(*stream, result);
   job_fd.reset();
 }
 
@@ -272,8 +280,8 @@ void answer(UniqueFd job_fd, const std::function<JobResult(std::unique_ptr<Prepa
 // the other workers but the spawner's read-only state.
 [[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd, int fork_server) {
   ::prctl(PR_SET_NAME, "nsbox-worker", 0, 0, 0);
-  answer(UniqueFd(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
-    return run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run);
+  answer(UniqueFd(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run, const EgressJournal& journal) {
+    return run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run, journal);
   });
   ::_exit(0);
 }
@@ -364,9 +372,9 @@ void answer_queued_job(const Launcher& launcher, const ParsedProfiles& profiles,
   UniqueFd job_fd(receive_fd(ctl, &tag));
   if (!job_fd || tag != kJob) return;
   const int fd = job_fd.get();
-  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
+  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run, const EgressJournal& journal) {
     const Job job = decode_job(read_job(fd));
-    return run_job_leaving(launcher, job, fd, of_key(job, entry) ? fork_server : -1, &profiles, forked_run);
+    return run_job_leaving(launcher, job, fd, of_key(job, entry) ? fork_server : -1, &profiles, forked_run, journal);
   });
 }
 
@@ -453,15 +461,15 @@ void pool_worker_main(const Launcher& launcher, const ParsedProfiles& profiles, 
     return;
   }
   const int fd = job_fd.get();
-  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run) {
+  answer(std::move(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run, const EgressJournal& journal) {
     const Job job = decode_job(read_job(fd));
     if (!of_key(job, entry)) {
       // Routed by a key that does not match: never run it in this sandbox.
       prepared.reset();
-      return run_job_leaving(launcher, job, fd, -1, &profiles, forked_run);
+      return run_job_leaving(launcher, job, fd, -1, &profiles, forked_run, journal);
     }
     std::optional<std::string> clamp_warning = apply_request_timeout(job, spec);
-    ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, fd);
+    ExecOutcome outcome = finish_exec(*prepared, spec, job.request.exec, fd, journal);
     JobResult result = job_result(job, *profile, spec, std::move(outcome), clamp_warning);
     result["pool"] = "warm";
     return result;
@@ -814,7 +822,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   theirs.reset();
   write_full(mine.get(), header, "send job", "job socket");
   write_full(mine.get(), text, "send job", "job socket");
-  std::string answer;
+  JobStreamReader stream;
   bool cancelled = false;
   char buf[65536];
   for (;;) {
@@ -834,10 +842,13 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw SysError("read result", "job socket", errno);
     if (n == 0) break;
-    answer.append(buf, static_cast<size_t>(n));
+    stream.feed(std::string_view(buf, static_cast<size_t>(n)));
   }
-  auto result = json::parse(answer, nullptr, false);
-  if (result.is_discarded() || !result.is_object()) return failure_result("The sandbox worker ended without a result");
+  auto result = stream.has_result() ? json::parse(stream.take_result_text(), nullptr, false) : json(nullptr);
+  if (!result.is_discarded() && result.is_object()) return result;
+  result = failure_result("The sandbox worker ended without a result");
+  // What its run's proxy decided before that is still the run's record.
+  if (!stream.decisions().empty()) result["network"] = network_of_decisions(stream.decisions());
   return result;
 }
 

@@ -73,10 +73,13 @@ struct EgressRule {
   std::string describe() const;  // "{host: api.example.com, ports: [443]}"
 };
 
+// The most proxy requests a profile may allow a run (each is recorded).
+constexpr uint64_t kMaxEgressConnections = 4096;
+
 struct EgressPolicy {
   std::vector<EgressRule> allow;
   bool deny_private = true;
-  uint64_t max_connections = 64;     // proxy requests per run, allowed or denied
+  uint64_t max_connections = 64;     // proxy requests per run, allowed or denied; <= kMaxEgressConnections
   uint64_t max_bytes = 64ull << 20;  // bytes relayed per run, both directions
 
   bool operator==(const EgressPolicy&) const = default;

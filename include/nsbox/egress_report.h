@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct EgressConnection {
   uint64_t bytes_received = 0;  // upstream -> sandbox
   std::string time;             // of the decision, UTC ("2026-11-30T06:24:01.123Z")
 };
+
+// Told each request the proxy decides, as it decides it, in order. A
+// worker sends them to the node at once, so that a run whose worker dies
+// before its Result still leaves its connections on record.
+using EgressJournal = std::function<void(const EgressConnection&)>;
 
 // What the proxy did during one run: the Result's `network` section.
 struct EgressReport {

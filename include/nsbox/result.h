@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -56,6 +57,9 @@ struct Result {
 };
 
 nlohmann::ordered_json to_json(const Result& result);
+nlohmann::ordered_json to_json(const EgressConnection& connection);
+// One line of the network section's `denials`: "HOST:PORT VERDICT: REASON".
+std::string egress_denial(const std::string& host, uint16_t port, std::string_view verdict, const std::string& reason);
 nlohmann::ordered_json to_json(const EgressReport& network);
 
 }  // namespace nsbox

@@ -43,15 +43,19 @@ struct ExecOutcome {
 // mounts), which this function completes with the runner's argv, stdin and
 // result channel. Never throws for the user's code's failures; a sandbox
 // that could not be built comes back with run.status == setup_error.
-ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd = -1);
+// journal, if set, is told each egress decision as it is made.
+ExecOutcome run_exec(const Launcher& launcher, RunSpec base, const ExecRequest& request, int cancel_fd = -1,
+                     const EgressJournal& journal = {});
 
 // The spec that runs language's runner on base, with the request to come on
 // its stdin: what a warm sandbox is prepared from (Launcher::prepare).
 RunSpec exec_spec(RunSpec base, Language language);
 
 // Runs request in a sandbox prepared from spec = exec_spec(...), whose
-// wall_time applies from now. The prepared sandbox is used up.
-ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd = -1);
+// wall_time applies from now. The prepared sandbox is used up. journal as
+// for run_exec.
+ExecOutcome finish_exec(PreparedRun& prepared, const RunSpec& spec, const ExecRequest& request, int cancel_fd = -1,
+                        const EgressJournal& journal = {});
 
 // What a run of spec's runner comes to: the runner's result when it wrote one
 // and ended normally, else the status and an error that says why not.

@@ -76,6 +76,9 @@ class PreparedRun {
   // default CPU weight instead of prepare's start_cpu_weight. False when
   // the weight could not be raised (finish() tries again).
   bool restore_cpu_weight();
+  // From now on, each decision of the sandbox's egress proxy (if it has
+  // one) is also told to journal as it is made.
+  void journal_egress(EgressJournal journal);
   // For a fork server's sandbox: waits until the zygote blocks receiving its
   // requests (its preloads are done), up to timeout or until abort_fd (if
   // not -1) is readable; false when it did not.
@@ -114,8 +117,9 @@ class Launcher {
   // becomes readable (e.g. a signalfd for SIGINT/SIGTERM) the sandbox is torn
   // down and the Result says killed. Setup failures come back as status
   // setup_error with the step, object and errno; only an invalid spec throws
-  // (UsageError).
-  Result run(const RunSpec& spec, int cancel_fd = -1) const;
+  // (UsageError). journal, if set, is told each egress decision as it is
+  // made (see EgressProxy::set_journal).
+  Result run(const RunSpec& spec, int cancel_fd = -1, const EgressJournal& journal = {}) const;
 
   // Starts spec's sandbox and leaves it waiting (see PreparedRun). Never
   // throws for a sandbox that cannot be built: finish() reports it.

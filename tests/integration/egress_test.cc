@@ -537,5 +537,100 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
             std::string::npos);
 }
 
+// A worker killed mid-run (an operator, the OOM killer) sends no Result,
+// but it sent each egress decision to the node as the proxy made it: the
+// run's connections stay on record in the answer, the audit log and the
+// metrics. What the allowed one relayed died with the worker: null, not 0.
+// node_config is added to the node's; worker_comm names the worker to kill.
+// warm_sandboxes, if not empty, is the metric that says when the pool's
+// two sandboxes (one per language) are waiting.
+void expect_the_connections_of_a_killed_workers_run_on_record(const std::string& node_config,
+                                                              const std::string& worker_comm,
+                                                              const std::string& warm_sandboxes = "") {
+  using namespace std::chrono_literals;
+  Upstream up;
+  TempDir dir;
+  const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n" + port_rule(up.port()));
+  NodeProcess node("tenants:\n  - {name: acme, token: t0ken-acme-123456, profile: " + profile +
+                   "}\naudit_log: audit.log\n" + node_config);
+  ASSERT_TRUE(node.ready()) << node.log();
+  if (!warm_sandboxes.empty()) {
+    ASSERT_TRUE(wait_metric(node, warm_sandboxes, 2)) << node.log();
+  }
+  const json body = {{"language", "python"},
+                     {"code",
+                      "import time, urllib.request, urllib.error\n"
+                      "def main(args):\n"
+                      "    try:\n"
+                      "        urllib.request.urlopen('http://169.254.169.254/')\n"
+                      "    except urllib.error.HTTPError:\n"
+                      "        pass\n"
+                      "    urllib.request.urlopen('http://127.0.0.1:" +
+                          std::to_string(up.port()) +
+                          "/before-the-kill').read()\n"
+                          "    time.sleep(60)\n"}};
+  auto workers = [&] {
+    std::vector<pid_t> found;
+    for (pid_t spawner : children_of(node.pid()))
+      for (pid_t child : children_of(spawner))
+        if (slurp("/proc/" + std::to_string(child) + "/comm") == worker_comm + "\n") found.push_back(child);
+    return found;
+  };
+  // A warm run's worker is one of those waiting before the request (the
+  // pool starts others meanwhile); a cold run's, the only one there is.
+  const std::vector<pid_t> waiting = workers();
+  std::pair<json, std::string> answered;
+  std::thread client([&] { answered = run_as_acme(node, body); });
+  for (int i = 0; i < 1000 && up.request_lines().find("/before-the-kill") == std::string::npos; ++i)
+    std::this_thread::sleep_for(20ms);
+  const std::vector<pid_t> to_kill = waiting.empty() ? workers() : waiting;
+  if (to_kill.empty() || up.request_lines().find("/before-the-kill") == std::string::npos) {
+    ADD_FAILURE() << "the run did not reach its upstream with a worker to kill\n" << node.log();
+    client.join();
+    return;
+  }
+  for (pid_t worker : to_kill) EXPECT_EQ(::kill(worker, SIGKILL), 0);
+  client.join();
+  const auto& [answer, raw] = answered;
+  EXPECT_EQ(answer["status"], "error") << raw;
+  ASSERT_TRUE(answer["network"].is_object()) << raw;
+  EXPECT_EQ(answer["network"]["allowed"], 1) << raw;
+  EXPECT_EQ(answer["network"]["denied"], 1) << raw;
+  EXPECT_TRUE(answer["network"]["bytes_received"].is_null()) << raw;
+
+  std::vector<json> egress;
+  json run;
+  std::ifstream audit(node.dir() + "/audit.log");
+  for (std::string line; std::getline(audit, line);) {
+    json j = json::parse(line);
+    if (j["event"] == "egress") egress.push_back(j);
+    if (j["event"] == "run") run = j;
+  }
+  ASSERT_EQ(egress.size(), 2u) << "the connections of the killed run are missing from the audit log";
+  EXPECT_EQ(egress[0]["verdict"], "denied");
+  EXPECT_EQ(egress[0]["address"], "169.254.169.254");
+  EXPECT_EQ(egress[1]["verdict"], "allowed");
+  EXPECT_EQ(egress[1]["port"], up.port());
+  EXPECT_TRUE(egress[1]["bytes_received"].is_null()) << egress[1];
+  for (const json& e : egress) EXPECT_EQ(e["run_id"], run["run_id"]) << e;
+  EXPECT_EQ(run["status"], "error");
+  EXPECT_EQ(run["network"]["allowed"], 1) << run;
+
+  auto metrics = node.client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"denied\"} 1\n"),
+            std::string::npos)
+      << metrics->body;
+}
+
+TEST(Egress, TheConnectionsOfARunWhoseWorkerWasKilledStayOnRecord) {
+  expect_the_connections_of_a_killed_workers_run_on_record("", "nsbox-worker");
+}
+
+TEST(Egress, TheConnectionsOfAWarmRunWhoseWorkerWasKilledStayOnRecord) {
+  expect_the_connections_of_a_killed_workers_run_on_record("limits:\n  pool_size: 1\n", "nsbox-warm",
+                                                           "nsbox_pool_idle");
+}
+
 }  // namespace
 }  // namespace nsbox::testing

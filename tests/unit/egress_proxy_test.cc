@@ -838,6 +838,53 @@ TEST(EgressProxy, ReportRecordsVerdictsAddressesAndBytesInOrder) {
   EXPECT_NE(rep.connections[2].reason.find("Connection refused"), std::string::npos) << rep.connections[2].reason;
 }
 
+// The journal hears of each decision as it is made, while its connection
+// is still open, not when the run ends: what a worker sends the node at once.
+TEST(EgressProxy, TheJournalIsToldEachDecisionAsItIsMade) {
+  NoFdLeak guard;
+  Upstream up(Upstream::Mode::kEcho);
+  RunningProxy px(allow_loopback({up.port()}));
+  std::mutex mu;
+  std::vector<EgressConnection> told;
+  px.proxy.set_journal([&](const EgressConnection& c) {
+    std::lock_guard lock(mu);
+    told.push_back(c);
+  });
+  auto told_count = [&] {
+    std::lock_guard lock(mu);
+    return told.size();
+  };
+  UniqueFd tunnel = dial(px.port);
+  ASSERT_TRUE(send_all(tunnel.get(), connect_head(loopback_authority(up.port()))));
+  EXPECT_EQ(read_exact(tunnel.get(), kEstablished.size()), kEstablished);
+  EXPECT_EQ(told_count(), 1u) << "told before its tunnel closed";
+  {
+    UniqueFd c = dial(px.port);
+    ASSERT_TRUE(send_all(c.get(), connect_head("192.168.0.1:80")));
+    EXPECT_TRUE(read_to_eof(c.get()).closed());
+  }
+  EXPECT_EQ(told_count(), 2u);
+  {
+    UniqueFd c = dial(px.port);
+    ASSERT_TRUE(send_all(c.get(), "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    read_to_eof(c.get());
+  }
+  tunnel.reset();
+  px.proxy.stop();
+  const EgressReport rep = px.proxy.report();
+  std::lock_guard lock(mu);
+  ASSERT_EQ(told.size(), 3u) << "a refusal before any target is told too";
+  ASSERT_EQ(rep.connections.size(), 3u);
+  for (size_t i = 0; i < told.size(); ++i) {
+    EXPECT_EQ(told[i].host, rep.connections[i].host) << i;
+    EXPECT_EQ(told[i].verdict, rep.connections[i].verdict) << i;
+    EXPECT_EQ(told[i].time, rep.connections[i].time) << i;
+    EXPECT_EQ(told[i].bytes_sent, 0u) << "decided, nothing relayed yet";
+  }
+  EXPECT_EQ(told[1].reason, "no rule allows 192.168.0.1 port 80");
+  EXPECT_EQ(told[2].protocol, "http");
+}
+
 TEST(EgressProxy, ConnectionCapDeniesTheFourthRequest) {
   NoFdLeak guard;
   Upstream up(Upstream::Mode::kHttp);
