@@ -16,17 +16,13 @@
 
 namespace nsbox {
 
-namespace {
-constexpr int kForkRequestHeadroom = 64 * 1024;  // the fds, headers
-}  // namespace
-
 // A message on a Unix datagram socket may be as large as the sender's send
 // buffer, by default about 208 KiB (net.core.wmem_default): a fork request
 // carrying a profile's large env would fail with EMSGSIZE. A profile whose
 // runs' requests exceed fork_request_capacity() is refused when the node
 // loads it (prepare_forked checks each one again).
 void make_room_for_a_fork_request(int sock) {
-  const int bytes = static_cast<int>(kMaxForkRequestBytes) + kForkRequestHeadroom;
+  const int bytes = static_cast<int>(kMaxForkRequestBytes + kForkRequestHeadroom);
   if (::setsockopt(sock, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
     ::setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
 }
@@ -38,8 +34,10 @@ size_t fork_request_capacity() {
   make_room_for_a_fork_request(a.get());
   int buffer = 0;
   socklen_t length = sizeof buffer;
-  if (::getsockopt(a.get(), SOL_SOCKET, SO_SNDBUF, &buffer, &length) != 0 || buffer <= kForkRequestHeadroom) return 0;
-  return std::min(kMaxForkRequestBytes, static_cast<size_t>(buffer - kForkRequestHeadroom));
+  if (::getsockopt(a.get(), SOL_SOCKET, SO_SNDBUF, &buffer, &length) != 0 ||
+      static_cast<size_t>(buffer) <= kForkRequestHeadroom)
+    return 0;
+  return std::min(kMaxForkRequestBytes, static_cast<size_t>(buffer) - kForkRequestHeadroom);
 }
 
 namespace {

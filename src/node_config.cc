@@ -141,8 +141,9 @@ Profile load_tenant_profile(const Field& at, const std::string& ref, const std::
 }
 
 // A profile whose forked runs' settings exceed what a fork request carries
-// would fail every such run: refused with the tenant instead.
-void check_fork_requests(const Field& at, const std::string& ref, const Profile& profile) {
+// would fail every such run: refused with the tenant instead. capacity is
+// fork_request_capacity(), found once per config.
+void check_fork_requests(const Field& at, const std::string& ref, const Profile& profile, size_t capacity) {
   for (Language language : {Language::kPython, Language::kJavaScript}) {
     if (!forks(profile, language)) continue;
     const size_t bytes = largest_fork_request_bytes(exec_spec(spec_from_profile(profile), language));
@@ -152,12 +153,12 @@ void check_fork_requests(const Field& at, const std::string& ref, const Profile&
               std::to_string(kMaxForkRequestBytes >> 20) +
               " MiB a fork request carries; make env smaller or turn fork_server off");
     // Less where nsbox cannot raise a socket's send buffer past wmem_max.
-    if (const size_t here = fork_request_capacity(); bytes > here)
+    if (bytes > capacity)
       at.fail("profile " + ref + ": with fork_server, a " + to_string(language) + " run's settings (" +
-              std::to_string(bytes) + " bytes) exceed the " + std::to_string(here) +
+              std::to_string(bytes) + " bytes) exceed the " + std::to_string(capacity) +
               " bytes a fork request carries on this host: nsbox cannot raise a socket's send buffer past "
               "net.core.wmem_max without CAP_NET_ADMIN; raise net.core.wmem_max to " +
-              std::to_string(bytes + 64 * 1024) + " or more, make env smaller, or turn fork_server off");
+              std::to_string(bytes + kForkRequestHeadroom) + " or more, make env smaller, or turn fork_server off");
   }
 }
 
@@ -185,7 +186,7 @@ ListenerConfig read_listener(const Field& f) {
   return l;
 }
 
-TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSearch& search) {
+TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSearch& search, size_t fork_capacity) {
   MapReader map(f, keys_of("tenants[]"));
   TenantConfig t;
   auto name = map.get("name");
@@ -200,7 +201,7 @@ TenantConfig read_tenant(const Field& f, const std::string& dir, const ProfileSe
   if (!profile) f.fail("missing key 'profile': the profile tenant " + t.name + " runs under");
   t.profile_ref = profile->text();
   t.profile = load_tenant_profile(*profile, t.profile_ref, dir, search);
-  check_fork_requests(*profile, t.profile_ref, t.profile);
+  check_fork_requests(*profile, t.profile_ref, t.profile, fork_capacity);
   if (auto most = map.get("max_requests")) t.max_requests = static_cast<uint32_t>(most->integer(1, kMaxQueue));
   finish_tenant(t);
   return t;
@@ -446,7 +447,8 @@ NodeConfig load_node_config_text(const std::string& text, const std::string& fil
   auto tenants = map.get("tenants");
   if (!tenants) top.fail("missing key 'tenants': at least one tenant with a profile");
   at.tenants = tenants->items();
-  for (const auto& item : at.tenants) c.tenants.push_back(read_tenant(item, dir, search));
+  const size_t fork_capacity = fork_request_capacity();  // one socket for all tenants
+  for (const auto& item : at.tenants) c.tenants.push_back(read_tenant(item, dir, search, fork_capacity));
   if (c.tenants.empty()) tenants->fail("at least one tenant is needed");
   if (auto v = map.get("default_tenant")) {
     c.default_tenant = v->text();

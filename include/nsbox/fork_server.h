@@ -41,6 +41,9 @@ inline constexpr int kForkRequestFds = 7;
 // The largest fork request (b"F" and its JSON) the fork servers read
 // (MAX_REQUEST in zygote.py and rootfs/forknode.c).
 inline constexpr size_t kMaxForkRequestBytes = 1 << 20;
+// What a fork request's socket buffer holds beside the request: its fds
+// and headers.
+inline constexpr size_t kForkRequestHeadroom = 64 * 1024;
 
 // Raises the send buffer of sock (a Unix SEQPACKET socket to a fork
 // server) to hold the largest fork request and its fds: past
