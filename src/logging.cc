@@ -16,8 +16,9 @@ namespace {
 class PriorityFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
-    const std::string text = "<" + std::to_string(syslog_priority(msg.level)) + ">";
-    dest.append(text.data(), text.data() + text.size());
+    // One digit (0..7): no string made per line.
+    const char text[] = {'<', static_cast<char>('0' + syslog_priority(msg.level)), '>'};
+    dest.append(text, text + sizeof text);
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<PriorityFlag>(); }
 };
