@@ -197,13 +197,14 @@ void StdioRelay::pump_output(Lane& lane) {
     const int to = lane.writer ? lane.writer.get() : lane.original.get();
     for (size_t done = 0; done < length;) {
       const ssize_t w = ::write(to, buf + done, length - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && errno == EAGAIN && wait_for_room(to)) continue;
+      const int err = w < 0 ? errno : EIO;  // before wait_for_room's poll
+      if (w < 0 && err == EINTR) continue;
+      if (w < 0 && err == EAGAIN && wait_for_room(to)) continue;
       if (w <= 0) {
-        lane.problem = "writing the run's " + lane_name(lane) + ": " +
-                       (w < 0 && errno == EAGAIN ? std::string("nsbox was told to stop and its reader takes no more")
-                                                 : std::strerror(w < 0 ? errno : EIO)) +
-                       "; the rest was dropped";
+        lane.problem =
+            "writing the run's " + lane_name(lane) + ": " +
+            (err == EAGAIN ? std::string("nsbox was told to stop and its reader takes no more") : std::strerror(err)) +
+            "; the rest was dropped";
         lane.copied = max_output_bytes_;
         length = done;
         break;
