@@ -36,6 +36,7 @@
 #include "nsbox/chunked_framing.h"
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
+#include "nsbox/health.h"
 #include "nsbox/metrics.h"
 #include "nsbox/profile_apply.h"
 #include "nsbox/request_head.h"
@@ -520,6 +521,8 @@ class Node {
                   const TenantConfig& tenant, size_t listener_index, bool native);
   void finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& job, const JobResult& result, double seconds,
                   const char* killed_by, size_t answer_bytes) const;
+  // failure: why tenant's run got no sandbox, or nullopt when it got one.
+  void note_sandbox_health(const TenantConfig& tenant, const std::optional<std::string>& failure) const;
   const char* who_killed(const JobResult& result, int client) const;
   void reload();
   void configure_pool(const NodeConfig& c) const;
@@ -551,6 +554,7 @@ class Node {
                 std::to_string(tenant.max_requests) + " together); retry once they are read"};
   }
   mutable Metrics metrics_;
+  mutable SandboxHealth health_;
   UniqueFd cancel_;
   std::vector<std::unique_ptr<httplib::Server>> servers_;
   std::vector<std::thread> threads_;
@@ -794,8 +798,27 @@ void Node::finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& j
   spdlog::info("run {} tenant={} profile={} language={} status={}{} duration_ms={}", job.run_id, tenant.name,
                tenant.profile.name, to_string(job.request.exec.language), status,
                killed_by ? std::string(" killed_by=") + killed_by : std::string(), record["duration_ms"].dump());
-  if (result.value("error_type", json(nullptr)) == "sandbox")
-    spdlog::error("run {}: {}", job.run_id, result.value("error", json("")).dump());
+  if (result.value("error_type", json(nullptr)) != "sandbox") return note_sandbox_health(tenant, std::nullopt);
+  const json& error = result.value("error", json(""));
+  spdlog::error("run {}: {}", job.run_id, error.dump());
+  note_sandbox_health(tenant, error.is_string() ? error.get<std::string>() : error.dump());
+}
+
+void Node::note_sandbox_health(const TenantConfig& tenant, const std::optional<std::string>& failure) const {
+  const auto at = failure ? std::optional("tenant " + tenant.name + ": " + *failure) : std::nullopt;
+  switch (health_.run_finished(at)) {
+    case SandboxHealth::Change::kDegraded:
+      spdlog::error(
+          "the last {} runs got no sandbox: /health answers 503 degraded until a run gets one, or for {} s "
+          "after the last such run",
+          SandboxHealth::kFailuresInARow, SandboxHealth::kHold.count());
+      break;
+    case SandboxHealth::Change::kRecovered:
+      spdlog::info("runs get sandboxes again: /health answers ok");
+      break;
+    case SandboxHealth::Change::kNone:
+      break;
+  }
 }
 
 void Node::handle_post(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader,
@@ -1034,6 +1057,9 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
       json j{{"status", "degraded"}, {"reason", "the audit log cannot be written: " + log->failure()}};
       return reply(req, res, 503, dump_platform_json(j));  // spaced as the other answers
     }
+    if (auto why = health_.degraded()) {
+      return reply(req, res, 503, dump_platform_json(json{{"status", "degraded"}, {"reason", *why}}));
+    }
     reply(req, res, 200, "{\"status\": \"ok\"}");
   });
   svr->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
@@ -1051,6 +1077,7 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     g.max_queued = cfg_now->queue_depth;
     g.audit_records_lost = AuditLog::records_lost_in_process();
     g.answers_reset = answers_reset_in_process();
+    g.sandbox_failures = health_.failures_total();
     g.pool = {.idle = ps.idle.load(),
               .starting = ps.starting.load(),
               .idle_memory_bytes = ps.idle_memory_bytes.load(),

@@ -34,6 +34,7 @@ class Metrics {
     uint32_t max_queued = 0;
     uint64_t audit_records_lost = 0;
     uint64_t answers_reset = 0;
+    uint64_t sandbox_failures = 0;
     struct Pool {
       uint64_t idle = 0, starting = 0, idle_memory_bytes = 0, hits = 0, waits = 0, misses = 0, refills = 0,
                refill_ms_total = 0, retired = 0, fork_servers = 0;

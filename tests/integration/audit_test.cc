@@ -24,6 +24,7 @@
 #include "fixture.h"
 #include "node_process.h"
 #include "nsbox/digest.h"
+#include "nsbox/health.h"
 
 namespace nsbox::testing {
 namespace {
@@ -242,6 +243,48 @@ TEST(NodeLifecycle, WhatAKilledWorkerHeldIsRemovedWhileTheNodeServes) {
   auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+}
+
+// Runs that fail for a reason the node could not see when it started
+// (here the directory its workspaces are made in is gone) turn /health
+// to 503 degraded, naming why, so that a balancer sends runs elsewhere;
+// one run that gets a sandbox turns it back.
+TEST(NodeLifecycle, RunsThatGetNoSandboxTurnHealthDegradedUntilOneGetsOne) {
+  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  auto health = [&] {
+    auto r = node.client().Get("/health");
+    return r ? std::to_string(r->status) + " " + r->body : std::string("no answer");
+  };
+  ASSERT_EQ(health(), "200 {\"status\": \"ok\"}");
+  const std::string away = node.tmp() + ".away";
+  ASSERT_EQ(::rename(node.tmp().c_str(), away.c_str()), 0);
+  { std::ofstream(node.tmp()) << "not a directory"; }
+  for (uint32_t i = 1; i <= SandboxHealth::kFailuresInARow; ++i) {
+    auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
+    ASSERT_TRUE(r);
+    EXPECT_NE(r->body.find("The sandbox could not be started"), std::string::npos) << r->body;
+    if (i < SandboxHealth::kFailuresInARow) {
+      EXPECT_EQ(health().substr(0, 3), "200") << i;
+    }
+  }
+  const std::string degraded = health();
+  EXPECT_EQ(degraded.rfind("503 {\"status\": \"degraded\", \"reason\": \"the last 5 runs got no sandbox; the last: "
+                           "tenant t: The sandbox could not be started: ",
+                           0),
+            0u)
+      << degraded;
+  EXPECT_NE(degraded.find(node.tmp()), std::string::npos) << "the reason names what failed: " << degraded;
+  EXPECT_EQ(metric(node, "nsbox_sandbox_failures_total"), 5);
+  EXPECT_NE(node.log().find("the last 5 runs got no sandbox"), std::string::npos) << node.log();
+
+  ASSERT_EQ(::unlink(node.tmp().c_str()), 0);
+  ASSERT_EQ(::rename(away.c_str(), node.tmp().c_str()), 0);
+  auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+  EXPECT_EQ(health(), "200 {\"status\": \"ok\"}");
+  EXPECT_NE(node.log().find("runs get sandboxes again"), std::string::npos) << node.log();
 }
 
 // A tmpfs mounted for as long as it lives.

@@ -1,0 +1,36 @@
+#include "nsbox/health.h"
+
+namespace nsbox {
+
+bool SandboxHealth::degraded_locked(Clock::time_point now) const {
+  return in_a_row_ >= kFailuresInARow && now - last_failed_at_ < kHold;
+}
+
+SandboxHealth::Change SandboxHealth::run_finished(const std::optional<std::string>& failure, Clock::time_point now) {
+  std::lock_guard lock(mu_);
+  if (!failure) {
+    // Past the mark, even when the hold had lapsed: the log said degraded.
+    const bool was_degraded = in_a_row_ >= kFailuresInARow;
+    in_a_row_ = 0;
+    return was_degraded ? Change::kRecovered : Change::kNone;
+  }
+  const bool was_degraded = degraded_locked(now);
+  ++total_;
+  ++in_a_row_;
+  last_failure_ = *failure;
+  last_failed_at_ = now;
+  return !was_degraded && degraded_locked(now) ? Change::kDegraded : Change::kNone;
+}
+
+std::optional<std::string> SandboxHealth::degraded(Clock::time_point now) const {
+  std::lock_guard lock(mu_);
+  if (!degraded_locked(now)) return std::nullopt;
+  return "the last " + std::to_string(in_a_row_) + " runs got no sandbox; the last: " + last_failure_;
+}
+
+uint64_t SandboxHealth::failures_total() const {
+  std::lock_guard lock(mu_);
+  return total_;
+}
+
+}  // namespace nsbox
