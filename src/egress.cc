@@ -237,10 +237,17 @@ size_t reserve_bytes(Shared& s, size_t want) {
 // Once the cap is spent to the last byte, every relay of the run ends (an
 // idle tunnel too, not only the next one to read); a relay refused for a
 // first message larger than what is left ends alone.
+// Tells the run's journal, if it has one, what just changed; s.mu is held.
+void tell_locked(const Shared& s, EgressJournalEntry::What what, size_t index = 0) {
+  if (s.journal) s.journal({s.report, what, index});
+}
+
 void byte_cap_reached(Shared& s) {
   {
     std::lock_guard lock(s.mu);
+    const bool first = !s.report.byte_cap_hit;
     s.report.byte_cap_hit = true;
+    if (first) tell_locked(s, EgressJournalEntry::What::kCounted);
   }
   if (s.bytes_left.load() != 0) return;
   uint64_t one = 1;
@@ -409,6 +416,7 @@ class Session {
       if (s_->requests >= s_->policy.max_connections) {
         s_->report.connection_cap_hit = true;
         ++s_->report.denied;
+        tell_locked(*s_, EgressJournalEntry::What::kCounted);
         d.verdict = EgressVerdict::kDenied;
         d.reason = "the run's connection cap (" + std::to_string(s_->policy.max_connections) + ") is reached";
         return d;
@@ -481,12 +489,13 @@ class Session {
     ++r.denied;
     if (s_->requests >= s_->policy.max_connections) {
       r.connection_cap_hit = true;
+      tell_locked(*s_, EgressJournalEntry::What::kCounted);
       return;
     }
     ++s_->requests;
     r.connections.push_back(
         {protocol, printable_target(target), port, "", EgressVerdict::kDenied, reason, 0, 0, utc_timestamp()});
-    if (s_->journal) s_->journal(r.connections.back());
+    tell_locked(*s_, EgressJournalEntry::What::kDecided, r.connections.size() - 1);
   }
 
   // An HTTP request refused by the parser, named by its request line's
@@ -520,7 +529,7 @@ class Session {
     d.record = r.connections.size();
     r.connections.push_back(
         {to_string(protocol), target.host, target.port, d.address, d.verdict, d.reason, 0, 0, utc_timestamp()});
-    if (s_->journal) s_->journal(r.connections.back());
+    tell_locked(*s_, EgressJournalEntry::What::kDecided, d.record);
     return d;
   }
 
@@ -552,6 +561,8 @@ class Session {
     if (size_t got = reserve_bytes(*s_, first); got < first) {
       s_->bytes_left += got;
       byte_cap_reached(*s_);
+      std::lock_guard lock(s_->mu);
+      if (d.record < s_->report.connections.size()) tell_locked(*s_, EgressJournalEntry::What::kRelayed, d.record);
       return false;
     }
     up.total = first;
@@ -586,6 +597,9 @@ class Session {
     if (d.record < s_->report.connections.size()) {
       s_->report.connections[d.record].bytes_sent = up.total;
       s_->report.connections[d.record].bytes_received = down.total;
+      tell_locked(*s_, EgressJournalEntry::What::kRelayed, d.record);
+    } else {
+      tell_locked(*s_, EgressJournalEntry::What::kCounted);
     }
     return true;
   }
@@ -697,6 +711,7 @@ void EgressProxy::accept_loop() {
       if (shared_->accepted >= budget) {
         // A flood of connections that make no request: refuse the rest.
         shared_->report.connection_cap_hit = true;
+        tell_locked(*shared_, EgressJournalEntry::What::kCounted);
         listener_.reset();
         return;
       }
@@ -763,6 +778,9 @@ EgressReport EgressProxy::report() const {
 void EgressProxy::set_journal(EgressJournal journal) {
   std::lock_guard lock(shared_->mu);
   shared_->journal = std::move(journal);
+  // The report so far (empty before any code ran): a run that dies before
+  // its first request still shows it had egress, with nothing done.
+  tell_locked(*shared_, EgressJournalEntry::What::kCounted);
 }
 
 std::vector<std::pair<std::string, std::string>> egress_environment(const EgressPolicy& policy,

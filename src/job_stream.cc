@@ -13,11 +13,13 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-constexpr char kDecisionFrame = 'e';
+constexpr char kDecidedFrame = 'd';
+constexpr char kRelayedFrame = 'x';
+constexpr char kTallyFrame = 't';
 constexpr char kResultFrame = 'r';
 // A decision is a host name, an address and a reason: far below this.
-constexpr uint32_t kMaxDecisionBytes = 64 * 1024;
-constexpr size_t kDecisionHeader = 1 + sizeof(uint32_t);
+constexpr uint32_t kMaxFrameBytes = 64 * 1024;
+constexpr size_t kFrameHeader = 1 + sizeof(uint32_t);
 
 // Sends all of data; false when the node is gone. MSG_NOSIGNAL: a node that
 // went away must not kill the worker with SIGPIPE.
@@ -31,6 +33,36 @@ bool send_all(int fd, std::string_view data) {
   return true;
 }
 
+// Appends one frame to out; false when payload is too large for one.
+bool append_frame(std::string& out, char tag, const json& payload) {
+  const std::string text = payload.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxFrameBytes) return false;
+  const auto size = static_cast<uint32_t>(text.size());
+  out += tag;
+  out.append(reinterpret_cast<const char*>(&size), sizeof size);
+  out += text;
+  return true;
+}
+
+json tally_of(const EgressReport& r) {
+  return {{"allowed", r.allowed},
+          {"denied", r.denied},
+          {"failed", r.failed},
+          {"bytes_sent", r.bytes_sent},
+          {"bytes_received", r.bytes_received},
+          {"connection_cap_hit", r.connection_cap_hit},
+          {"byte_cap_hit", r.byte_cap_hit}};
+}
+
+json parse_object(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+bool is_allowed(const json& connection) {
+  return connection.value("verdict", "") == to_string(EgressVerdict::kAllowed);
+}
+
 }  // namespace
 
 bool JobStreamWriter::result(std::string_view json_text) {
@@ -40,19 +72,31 @@ bool JobStreamWriter::result(std::string_view json_text) {
   return send_all(fd_, std::string(1, kResultFrame)) && send_all(fd_, json_text);
 }
 
-bool JobStreamWriter::decision(const EgressConnection& connection) {
-  const std::string payload = to_json(connection).dump(-1, ' ', false, json::error_handler_t::replace);
-  if (payload.size() > kMaxDecisionBytes) return false;
-  std::string frame(kDecisionHeader, kDecisionFrame);
-  const auto size = static_cast<uint32_t>(payload.size());
-  std::memcpy(frame.data() + 1, &size, sizeof size);
-  frame += payload;
+void JobStreamWriter::end() {
   std::lock_guard lock(mu_);
-  return !ended_ && send_all(fd_, frame);
+  ended_ = true;
+}
+
+bool JobStreamWriter::egress(const EgressJournalEntry& entry) {
+  std::string frames;
+  using What = EgressJournalEntry::What;
+  if (entry.what != What::kCounted && entry.index < entry.report.connections.size()) {
+    const EgressConnection& c = entry.report.connections[entry.index];
+    const bool whole =
+        entry.what == What::kDecided
+            ? append_frame(frames, kDecidedFrame, to_json(c))
+            : append_frame(
+                  frames, kRelayedFrame,
+                  {{"index", entry.index}, {"bytes_sent", c.bytes_sent}, {"bytes_received", c.bytes_received}});
+    if (!whole) return false;
+  }
+  append_frame(frames, kTallyFrame, tally_of(entry.report));
+  std::lock_guard lock(mu_);
+  return !ended_ && send_all(fd_, frames);
 }
 
 EgressJournal journal_to(std::shared_ptr<JobStreamWriter> writer) {
-  return [writer = std::move(writer)](const EgressConnection& c) { writer->decision(c); };
+  return [writer = std::move(writer)](const EgressJournalEntry& entry) { writer->egress(entry); };
 }
 
 bool JobStreamReader::feed(std::string_view bytes) {
@@ -71,63 +115,83 @@ bool JobStreamReader::feed(std::string_view bytes) {
       pending_.clear();
       return true;
     }
-    if (tag != kDecisionFrame) {
-      broken_ = true;
-      return false;
-    }
-    if (pending_.size() - at < kDecisionHeader) break;
+    if (pending_.size() - at < kFrameHeader) break;
     uint32_t size = 0;
     std::memcpy(&size, pending_.data() + at + 1, sizeof size);
-    if (size > kMaxDecisionBytes) {
+    if (size > kMaxFrameBytes) {
       broken_ = true;
       return false;
     }
-    if (pending_.size() - at - kDecisionHeader < size) break;
-    if (!take_decision(std::string_view(pending_).substr(at + kDecisionHeader, size))) {
+    if (pending_.size() - at - kFrameHeader < size) break;
+    if (!take_frame(tag, std::string_view(pending_).substr(at + kFrameHeader, size))) {
       broken_ = true;
       return false;
     }
-    at += kDecisionHeader + size;
+    at += kFrameHeader + size;
   }
   pending_.erase(0, at);
   return true;
 }
 
-bool JobStreamReader::take_decision(std::string_view payload) {
-  json decision = json::parse(payload, nullptr, false);
-  if (decision.is_discarded() || !decision.is_object()) return false;
-  if (decisions_.size() < kMaxEgressConnections) decisions_.push_back(std::move(decision));
-  return true;
+bool JobStreamReader::take_frame(char tag, std::string_view payload) {
+  switch (tag) {
+    case kDecidedFrame:
+      if (decided_.size() < kMaxEgressConnections) decided_.emplace_back(payload);
+      return true;
+    case kRelayedFrame:
+      if (relayed_.size() < kMaxEgressConnections) relayed_.emplace_back(payload);
+      return true;
+    case kTallyFrame:
+      tally_.assign(payload);
+      return true;
+    default:
+      return false;
+  }
 }
 
-json network_of_decisions(const std::vector<json>& decisions) {
-  json network;
-  uint64_t counts[3] = {0, 0, 0};  // allowed, denied, failed
+json JobStreamReader::network() const {
+  if (!has_egress()) return nullptr;
   json connections = json::array();
-  json denials = json::array();
-  for (const json& d : decisions) {
-    json c = d;
-    const std::string verdict = d.value("verdict", "");
-    if (verdict == to_string(EgressVerdict::kAllowed)) {
-      ++counts[0];
-      c["bytes_sent"] = nullptr;  // counted by the worker, which died
+  for (const std::string& text : decided_) {
+    json c = parse_object(text);
+    if (is_allowed(c)) {
+      c["bytes_sent"] = nullptr;  // until its relay's end says
       c["bytes_received"] = nullptr;
-    } else {
-      ++counts[verdict == to_string(EgressVerdict::kDenied) ? 1 : 2];
-      denials.push_back(
-          egress_denial(d.value("host", ""), d.value("port", uint16_t{0}), verdict, d.value("reason", "")));
     }
     connections.push_back(std::move(c));
   }
-  network["allowed"] = counts[0];
-  network["denied"] = counts[1];
-  network["failed"] = counts[2];
-  // Only what an allowed connection relayed is unknown.
-  network["bytes_sent"] = counts[0] ? json(nullptr) : json(0);
-  network["bytes_received"] = counts[0] ? json(nullptr) : json(0);
+  for (const std::string& text : relayed_) {
+    const json r = parse_object(text);
+    const size_t index = r.value("index", connections.size());
+    if (index >= connections.size()) continue;
+    connections[index]["bytes_sent"] = r.value("bytes_sent", json(nullptr));
+    connections[index]["bytes_received"] = r.value("bytes_received", json(nullptr));
+  }
+  bool relays_open = false;
+  json denials = json::array();
+  for (const json& c : connections) {
+    if (is_allowed(c)) {
+      relays_open = relays_open || c["bytes_sent"].is_null();
+    } else {
+      denials.push_back(egress_denial(c.value("host", ""), c.value("port", uint16_t{0}), c.value("verdict", ""),
+                                      c.value("reason", "")));
+    }
+  }
+  const json tally = parse_object(tally_);
+  if (tally.value("connection_cap_hit", false)) denials.push_back(kConnectionCapDenial);
+  json network;
+  for (const char* count : {"allowed", "denied", "failed"}) network[count] = tally.value(count, json(nullptr));
+  // The totals count only relays that ended: unknown while one was open.
+  for (const char* bytes : {"bytes_sent", "bytes_received"})
+    network[bytes] = relays_open ? json(nullptr) : tally.value(bytes, json(nullptr));
   network["connections"] = std::move(connections);
   network["denials"] = std::move(denials);
   return network;
+}
+
+std::vector<std::string> JobStreamReader::limits_hit() const {
+  const json tally = parse_object(tally_);
+  return egress_limits_hit(tally.value("connection_cap_hit", false), tally.value("byte_cap_hit", false));
 }
 
 }  // namespace nsbox

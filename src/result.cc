@@ -22,6 +22,13 @@ const char* to_string(RunStatus status) {
   return "unknown";
 }
 
+std::vector<std::string> egress_limits_hit(bool connection_cap_hit, bool byte_cap_hit) {
+  std::vector<std::string> hit;
+  if (connection_cap_hit) hit.push_back("network_connections");
+  if (byte_cap_hit) hit.push_back("network_bytes");
+  return hit;
+}
+
 std::string egress_denial(const std::string& host, uint16_t port, std::string_view verdict, const std::string& reason) {
   return host + ":" + std::to_string(port) + " " + std::string(verdict) + ": " + reason;
 }
@@ -53,7 +60,7 @@ nlohmann::ordered_json to_json(const EgressReport& n) {
     if (c.verdict != EgressVerdict::kAllowed)
       j["denials"].push_back(egress_denial(c.host, c.port, to_string(c.verdict), c.reason));
   }
-  if (n.connection_cap_hit) j["denials"].push_back("further connections refused: the run's connection cap is reached");
+  if (n.connection_cap_hit) j["denials"].push_back(kConnectionCapDenial);
   return j;
 }
 

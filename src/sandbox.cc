@@ -516,8 +516,10 @@ void note_limits_hit(const Observation& obs, Result& r) {
   if (obs.cpu_time_exceeded) r.limits_hit.push_back("cpu_time");
   if (obs.timed_out) r.limits_hit.push_back("wall_time");
   if (r.stdout_truncated || r.stderr_truncated) r.limits_hit.push_back("output");
-  if (r.network && r.network->connection_cap_hit) r.limits_hit.push_back("network_connections");
-  if (r.network && r.network->byte_cap_hit) r.limits_hit.push_back("network_bytes");
+  if (r.network) {
+    for (auto& hit : egress_limits_hit(r.network->connection_cap_hit, r.network->byte_cap_hit))
+      r.limits_hit.push_back(std::move(hit));
+  }
 }
 
 // [arg_start, arg_end) of this process (fields 48 and 49 of /proc/self/stat);
@@ -1223,6 +1225,11 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
     std::vector<std::string> warnings = std::move(result.warnings);
     result = Result{};
     result.warnings = std::move(warnings);
+    if (st.proxy) {
+      // What the proxy did stays the run's record (the audit log's lines).
+      st.proxy->stop();
+      result.network = st.proxy->report();
+    }
     result.status = RunStatus::kSetupError;
     result.error = e.what();
     result.exit_code = kSetupFailedExit;

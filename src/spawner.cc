@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -47,6 +48,18 @@ constexpr char kPool = 'P';
 constexpr uint64_t kMaxPoolConfigBytes = 64ull << 20;
 // A job is at most the body limit (1 GiB max) plus its profile.
 constexpr uint64_t kMaxJobBytes = (1ull << 30) + (1ull << 20);
+
+// A result without its network section (its worker died, or its sandbox
+// failed after the proxy ran) takes what the worker sent of it as it went:
+// the run's connections stay on record.
+void with_egress_record(json& result, const JobStreamReader& stream) {
+  if (!stream.has_egress() || (result.contains("network") && !result["network"].is_null())) return;
+  result["network"] = stream.network();
+  json& hit = result["limits_hit"];
+  if (!hit.is_array()) hit = json::array();
+  for (const auto& limit : stream.limits_hit())
+    if (std::find(hit.begin(), hit.end(), limit) == hit.end()) hit.push_back(limit);
+}
 
 void send_job_fd(int control, int fd) {
   if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
@@ -273,6 +286,7 @@ void answer(UniqueFd job_fd, const JobRunner& run) {
     result = failure_result("The sandbox could not be started: unknown error");
   }
   send_result(*stream, result);
+  stream->end();  // also when the result could not be sent: nothing after it
   job_fd.reset();
 }
 
@@ -823,6 +837,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   write_full(mine.get(), header, "send job", "job socket");
   write_full(mine.get(), text, "send job", "job socket");
   JobStreamReader stream;
+  bool broken = false;  // said once
   bool cancelled = false;
   char buf[65536];
   for (;;) {
@@ -842,13 +857,15 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw SysError("read result", "job socket", errno);
     if (n == 0) break;
-    stream.feed(std::string_view(buf, static_cast<size_t>(n)));
+    if (!stream.feed(std::string_view(buf, static_cast<size_t>(n))) && !broken) {
+      broken = true;
+      spdlog::warn("run {}: its worker's answer is not a job stream; what came after is ignored", job.run_id);
+    }
   }
   auto result = stream.has_result() ? json::parse(stream.take_result_text(), nullptr, false) : json(nullptr);
-  if (!result.is_discarded() && result.is_object()) return result;
-  result = failure_result("The sandbox worker ended without a result");
-  // What its run's proxy decided before that is still the run's record.
-  if (!stream.decisions().empty()) result["network"] = network_of_decisions(stream.decisions());
+  if (result.is_discarded() || !result.is_object())
+    result = failure_result("The sandbox worker ended without a result");
+  with_egress_record(result, stream);
   return result;
 }
 

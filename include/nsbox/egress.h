@@ -45,8 +45,9 @@ class EgressProxy {
   // Idempotent; the report is complete afterwards.
   void stop();
   EgressReport report() const;
-  // From now on, each decision is also told to journal (called with the
-  // proxy's lock held, so in the order the report lists them).
+  // From now on, each change to the report (a decision, a relay's end, a
+  // count past the cap) is also told to journal, which is told the report
+  // as it stands at once.
   void set_journal(EgressJournal journal);
 
   struct Shared;  // state the connection threads share

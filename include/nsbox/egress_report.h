@@ -41,11 +41,6 @@ struct EgressConnection {
   std::string time;             // of the decision, UTC ("2026-11-30T06:24:01.123Z")
 };
 
-// Told each request the proxy decides, as it decides it, in order. A
-// worker sends them to the node at once, so that a run whose worker dies
-// before its Result still leaves its connections on record.
-using EgressJournal = std::function<void(const EgressConnection&)>;
-
 // What the proxy did during one run: the Result's `network` section.
 struct EgressReport {
   uint64_t allowed = 0;
@@ -57,5 +52,21 @@ struct EgressReport {
   bool byte_cap_hit = false;
   std::vector<EgressConnection> connections;  // in order; at most max_connections
 };
+
+// What a journal is told as it happens, with the proxy's lock held (so in
+// order): the run's report as it stands, and what just changed. A worker
+// sends it to the node at once, so that a run whose worker dies before its
+// Result still leaves its connections, counts and bytes on record.
+struct EgressJournalEntry {
+  enum class What {
+    kDecided,  // report.connections[index] was just recorded
+    kRelayed,  // report.connections[index]'s relay ended: its bytes are final
+    kCounted,  // only the counts or caps changed (a request past the cap)
+  };
+  const EgressReport& report;
+  What what;
+  size_t index = 0;  // for kDecided and kRelayed
+};
+using EgressJournal = std::function<void(const EgressJournalEntry&)>;
 
 }  // namespace nsbox

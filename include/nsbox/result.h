@@ -58,6 +58,11 @@ struct Result {
 
 nlohmann::ordered_json to_json(const Result& result);
 nlohmann::ordered_json to_json(const EgressConnection& connection);
+// The last line of the network section's `denials` once a run's requests
+// passed its connection cap.
+inline constexpr const char* kConnectionCapDenial = "further connections refused: the run's connection cap is reached";
+// What a run's egress caps add to its limits_hit.
+std::vector<std::string> egress_limits_hit(bool connection_cap_hit, bool byte_cap_hit);
 // One line of the network section's `denials`: "HOST:PORT VERDICT: REASON".
 std::string egress_denial(const std::string& host, uint16_t port, std::string_view verdict, const std::string& reason);
 nlohmann::ordered_json to_json(const EgressReport& network);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include "fixture.h"
 #include "node_process.h"
+#include "nsbox/result.h"
 
 namespace nsbox::testing {
 namespace {
@@ -537,11 +539,47 @@ TEST(Egress, TheNodeAuditsEveryConnectionAndCountsThem) {
             std::string::npos);
 }
 
+// A listening socket on 127.0.0.1 that accepts only when asked: a tunnel to
+// it stays open for as long as the test likes.
+class SilentPeer {
+ public:
+  SilentPeer() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_.get(), 4) != 0 ||
+        ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("silent peer: cannot listen on 127.0.0.1");
+    port_ = ntohs(a.sin_port);
+  }
+  int port() const { return port_; }
+  // Accepts one connection and reads until it has sent `word`, within 30 s.
+  bool wait_for(const std::string& word) {
+    pollfd p{fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 30000) != 1) return false;
+    conn_.reset(::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    timeval tv{30, 0};
+    ::setsockopt(conn_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string got;
+    char buf[256];
+    for (ssize_t n; got.find(word) == std::string::npos && (n = ::recv(conn_.get(), buf, sizeof buf, 0)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
+    return got.find(word) != std::string::npos;
+  }
+
+ private:
+  UniqueFd fd_;
+  UniqueFd conn_;
+  int port_ = 0;
+};
+
 // A worker killed mid-run (an operator, the OOM killer) sends no Result,
-// but it sent each egress decision to the node as the proxy made it: the
-// run's connections stay on record in the answer, the audit log and the
-// metrics. What the allowed one relayed died with the worker: null, not 0.
-// node_config is added to the node's; worker_comm names the worker to kill.
+// but it sent what its run's proxy did as it did it: the run's connections
+// stay on record in the answer, the audit log and the metrics, with the
+// counts past the cap and the bytes of each relay that ended; what the
+// relay still open had carried died with the worker: null, not 0.
+// node_config is added to the node's; worker_comm names the worker to kill;
 // warm_sandboxes, if not empty, is the metric that says when the pool's
 // two sandboxes (one per language) are waiting.
 void expect_the_connections_of_a_killed_workers_run_on_record(const std::string& node_config,
@@ -549,25 +587,40 @@ void expect_the_connections_of_a_killed_workers_run_on_record(const std::string&
                                                               const std::string& warm_sandboxes = "") {
   using namespace std::chrono_literals;
   Upstream up;
+  SilentPeer held;
   TempDir dir;
-  const std::string profile = write_profile(dir, "  mode: egress\n  allow:\n" + port_rule(up.port()));
+  const std::string profile =
+      write_profile(dir, "  mode: egress\n  max_connections: 3\n  allow:\n    - {cidr: 127.0.0.1/32, ports: [" +
+                             std::to_string(up.port()) + ", " + std::to_string(held.port()) + "]}\n");
   NodeProcess node("tenants:\n  - {name: acme, token: t0ken-acme-123456, profile: " + profile +
                    "}\naudit_log: audit.log\n" + node_config);
   ASSERT_TRUE(node.ready()) << node.log();
   if (!warm_sandboxes.empty()) {
     ASSERT_TRUE(wait_metric(node, warm_sandboxes, 2)) << node.log();
   }
+  // Denied, allowed and done, allowed and held open (the cap of 3 is
+  // reached), two past the cap; then a word through the open tunnel says so.
   const json body = {{"language", "python"},
                      {"code",
-                      "import time, urllib.request, urllib.error\n"
-                      "def main(args):\n"
+                      "import socket, time, urllib.request\n"
+                      "def refused(url):\n"
                       "    try:\n"
-                      "        urllib.request.urlopen('http://169.254.169.254/')\n"
-                      "    except urllib.error.HTTPError:\n"
+                      "        urllib.request.urlopen(url)\n"
+                      "    except Exception:\n"
                       "        pass\n"
+                      "def main(args):\n"
+                      "    refused('http://169.254.169.254/')\n"
                       "    urllib.request.urlopen('http://127.0.0.1:" +
                           std::to_string(up.port()) +
                           "/before-the-kill').read()\n"
+                          "    t = socket.create_connection(('127.0.0.1', 3128))\n"
+                          "    t.sendall(b'CONNECT 127.0.0.1:" +
+                          std::to_string(held.port()) +
+                          " HTTP/1.1\\r\\n\\r\\n')\n"
+                          "    t.recv(1024)\n"
+                          "    refused('http://169.254.169.254/past-the-cap')\n"
+                          "    refused('http://169.254.169.254/past-the-cap-again')\n"
+                          "    t.sendall(b'over-the-cap')\n"
                           "    time.sleep(60)\n"}};
   auto workers = [&] {
     std::vector<pid_t> found;
@@ -581,11 +634,10 @@ void expect_the_connections_of_a_killed_workers_run_on_record(const std::string&
   const std::vector<pid_t> waiting = workers();
   std::pair<json, std::string> answered;
   std::thread client([&] { answered = run_as_acme(node, body); });
-  for (int i = 0; i < 1000 && up.request_lines().find("/before-the-kill") == std::string::npos; ++i)
-    std::this_thread::sleep_for(20ms);
+  const bool over_the_cap = held.wait_for("over-the-cap");
   const std::vector<pid_t> to_kill = waiting.empty() ? workers() : waiting;
-  if (to_kill.empty() || up.request_lines().find("/before-the-kill") == std::string::npos) {
-    ADD_FAILURE() << "the run did not reach its upstream with a worker to kill\n" << node.log();
+  if (to_kill.empty() || !over_the_cap) {
+    ADD_FAILURE() << "the run did not get past its cap with a worker to kill\n" << node.log();
     client.join();
     return;
   }
@@ -593,10 +645,15 @@ void expect_the_connections_of_a_killed_workers_run_on_record(const std::string&
   client.join();
   const auto& [answer, raw] = answered;
   EXPECT_EQ(answer["status"], "error") << raw;
-  ASSERT_TRUE(answer["network"].is_object()) << raw;
-  EXPECT_EQ(answer["network"]["allowed"], 1) << raw;
-  EXPECT_EQ(answer["network"]["denied"], 1) << raw;
-  EXPECT_TRUE(answer["network"]["bytes_received"].is_null()) << raw;
+  const json& network = answer["network"];
+  ASSERT_TRUE(network.is_object()) << raw;
+  EXPECT_EQ(network["allowed"], 2) << raw;
+  EXPECT_EQ(network["denied"], 3) << "the two past the cap are counted: " << raw;
+  EXPECT_TRUE(network["bytes_received"].is_null()) << "a relay was still open: " << raw;
+  EXPECT_EQ(network["denials"].back(), kConnectionCapDenial) << raw;
+  EXPECT_NE(std::find(answer["limits_hit"].begin(), answer["limits_hit"].end(), "network_connections"),
+            answer["limits_hit"].end())
+      << raw;
 
   std::vector<json> egress;
   json run;
@@ -606,19 +663,21 @@ void expect_the_connections_of_a_killed_workers_run_on_record(const std::string&
     if (j["event"] == "egress") egress.push_back(j);
     if (j["event"] == "run") run = j;
   }
-  ASSERT_EQ(egress.size(), 2u) << "the connections of the killed run are missing from the audit log";
+  ASSERT_EQ(egress.size(), 3u) << "the connections of the killed run are missing from the audit log";
   EXPECT_EQ(egress[0]["verdict"], "denied");
   EXPECT_EQ(egress[0]["address"], "169.254.169.254");
   EXPECT_EQ(egress[1]["verdict"], "allowed");
   EXPECT_EQ(egress[1]["port"], up.port());
-  EXPECT_TRUE(egress[1]["bytes_received"].is_null()) << egress[1];
+  EXPECT_GT(egress[1]["bytes_received"].get<int>(), 0) << "its relay ended before the kill: " << egress[1];
+  EXPECT_EQ(egress[2]["port"], held.port());
+  EXPECT_TRUE(egress[2]["bytes_sent"].is_null()) << "still open at the kill: " << egress[2];
   for (const json& e : egress) EXPECT_EQ(e["run_id"], run["run_id"]) << e;
   EXPECT_EQ(run["status"], "error");
-  EXPECT_EQ(run["network"]["allowed"], 1) << run;
+  EXPECT_EQ(run["network"]["denied"], 3) << run;
 
   auto metrics = node.client().Get("/metrics");
   ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"denied\"} 1\n"),
+  EXPECT_NE(metrics->body.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"denied\"} 3\n"),
             std::string::npos)
       << metrics->body;
 }

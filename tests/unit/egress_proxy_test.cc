@@ -838,51 +838,78 @@ TEST(EgressProxy, ReportRecordsVerdictsAddressesAndBytesInOrder) {
   EXPECT_NE(rep.connections[2].reason.find("Connection refused"), std::string::npos) << rep.connections[2].reason;
 }
 
-// The journal hears of each decision as it is made, while its connection
-// is still open, not when the run ends: what a worker sends the node at once.
-TEST(EgressProxy, TheJournalIsToldEachDecisionAsItIsMade) {
+// The journal hears of each change as it happens, not when the run ends:
+// what a worker sends the node at once. A decision while its connection is
+// still open, the bytes when its relay ends, a request past the cap as a
+// count; and the report so far as soon as it is set.
+TEST(EgressProxy, TheJournalIsToldEachChangeAsItHappens) {
   NoFdLeak guard;
   Upstream up(Upstream::Mode::kEcho);
-  RunningProxy px(allow_loopback({up.port()}));
-  std::mutex mu;
-  std::vector<EgressConnection> told;
-  px.proxy.set_journal([&](const EgressConnection& c) {
-    std::lock_guard lock(mu);
-    told.push_back(c);
-  });
-  auto told_count = [&] {
-    std::lock_guard lock(mu);
-    return told.size();
+  EgressPolicy policy = allow_loopback({up.port()});
+  policy.max_connections = 3;
+  RunningProxy px(std::move(policy));
+  using What = EgressJournalEntry::What;
+  struct Told {
+    What what;
+    size_t index;
+    EgressConnection connection;  // the one index names, as it stood
+    uint64_t denied;
+    bool cap_hit;
   };
+  std::mutex mu;
+  std::vector<Told> told;
+  px.proxy.set_journal([&](const EgressJournalEntry& e) {
+    std::lock_guard lock(mu);
+    told.push_back({e.what, e.index,
+                    e.index < e.report.connections.size() ? e.report.connections[e.index] : EgressConnection{},
+                    e.report.denied, e.report.connection_cap_hit});
+  });
+  auto told_now = [&] {
+    std::lock_guard lock(mu);
+    return told;
+  };
+  ASSERT_EQ(told_now().size(), 1u) << "the report so far, at once";
+  EXPECT_EQ(told_now()[0].what, What::kCounted);
+
   UniqueFd tunnel = dial(px.port);
   ASSERT_TRUE(send_all(tunnel.get(), connect_head(loopback_authority(up.port()))));
   EXPECT_EQ(read_exact(tunnel.get(), kEstablished.size()), kEstablished);
-  EXPECT_EQ(told_count(), 1u) << "told before its tunnel closed";
-  {
+  ASSERT_EQ(told_now().size(), 2u) << "told before its tunnel closed";
+  EXPECT_EQ(told_now()[1].what, What::kDecided);
+  EXPECT_EQ(told_now()[1].connection.verdict, EgressVerdict::kAllowed);
+  EXPECT_EQ(told_now()[1].connection.bytes_sent, 0u) << "decided, nothing relayed yet";
+  ASSERT_TRUE(send_all(tunnel.get(), "0123456789"));
+  EXPECT_EQ(read_exact(tunnel.get(), 10), "0123456789");
+  ::shutdown(tunnel.get(), SHUT_WR);
+  EXPECT_EQ(read_to_eof(tunnel.get()).data, "bye");
+  tunnel.reset();
+  for (int i = 0; i < 200 && told_now().size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(told_now().size(), 3u);
+  EXPECT_EQ(told_now()[2].what, What::kRelayed);
+  EXPECT_EQ(told_now()[2].index, 0u);
+  EXPECT_EQ(told_now()[2].connection.bytes_sent, 10u) << "the relay's bytes, final";
+  EXPECT_EQ(told_now()[2].connection.bytes_received, 13u);
+
+  for (const char* request : {"CONNECT 192.168.0.1:80 HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                              "CONNECT 192.168.0.2:80 HTTP/1.1\r\n\r\n"}) {
     UniqueFd c = dial(px.port);
-    ASSERT_TRUE(send_all(c.get(), connect_head("192.168.0.1:80")));
-    EXPECT_TRUE(read_to_eof(c.get()).closed());
-  }
-  EXPECT_EQ(told_count(), 2u);
-  {
-    UniqueFd c = dial(px.port);
-    ASSERT_TRUE(send_all(c.get(), "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    ASSERT_TRUE(send_all(c.get(), request));
     read_to_eof(c.get());
   }
-  tunnel.reset();
   px.proxy.stop();
+  const std::vector<Told> all = told_now();
+  ASSERT_EQ(all.size(), 6u);
+  EXPECT_EQ(all[3].what, What::kDecided);
+  EXPECT_EQ(all[3].connection.reason, "no rule allows 192.168.0.1 port 80");
+  EXPECT_EQ(all[4].what, What::kDecided) << "a refusal before any target is told too";
+  EXPECT_EQ(all[4].connection.protocol, "http");
+  EXPECT_EQ(all[5].what, What::kCounted) << "past the cap: counted, not recorded";
+  EXPECT_EQ(all[5].denied, 3u);
+  EXPECT_TRUE(all[5].cap_hit);
   const EgressReport rep = px.proxy.report();
-  std::lock_guard lock(mu);
-  ASSERT_EQ(told.size(), 3u) << "a refusal before any target is told too";
   ASSERT_EQ(rep.connections.size(), 3u);
-  for (size_t i = 0; i < told.size(); ++i) {
-    EXPECT_EQ(told[i].host, rep.connections[i].host) << i;
-    EXPECT_EQ(told[i].verdict, rep.connections[i].verdict) << i;
-    EXPECT_EQ(told[i].time, rep.connections[i].time) << i;
-    EXPECT_EQ(told[i].bytes_sent, 0u) << "decided, nothing relayed yet";
-  }
-  EXPECT_EQ(told[1].reason, "no rule allows 192.168.0.1 port 80");
-  EXPECT_EQ(told[2].protocol, "http");
+  for (size_t i : {size_t{1}, size_t{3}, size_t{4}})
+    EXPECT_EQ(all[i].connection.time, rep.connections[all[i].index].time) << i;
 }
 
 TEST(EgressProxy, ConnectionCapDeniesTheFourthRequest) {

@@ -1,6 +1,6 @@
-// What a worker sends the node on a job's socket: egress decisions as they
-// are made, then the result; and what the node makes of a stream that ends
-// without a result (the worker died).
+// What a worker sends the node on a job's socket: what the run's egress
+// proxy does as it does it, then the result; and what the node makes of a
+// stream that ends without a result (the worker died).
 #include "nsbox/job_stream.h"
 
 #include <sys/socket.h>
@@ -19,6 +19,7 @@ namespace nsbox {
 namespace {
 
 using json = nlohmann::ordered_json;
+using What = EgressJournalEntry::What;
 
 struct SocketPair {
   UniqueFd worker, node;
@@ -38,61 +39,90 @@ struct SocketPair {
   }
 };
 
-EgressConnection decision(const std::string& host, EgressVerdict verdict, const std::string& reason) {
+EgressConnection connection(const std::string& host, EgressVerdict verdict, const std::string& reason) {
   return {"http-connect", host, 443, "192.0.2.7", verdict, reason, 0, 0, "2026-12-06T07:00:00.000Z"};
 }
 
-TEST(JobStream, DecisionsArriveAheadOfTheResultWhateverTheReadsSizes) {
+// A proxy's report as it grows, told to a journal the way the proxy tells it.
+struct Proxy {
+  EgressReport report;
+  EgressJournal journal;
+  void decide(EgressConnection c) {
+    ++(c.verdict == EgressVerdict::kAllowed  ? report.allowed
+       : c.verdict == EgressVerdict::kDenied ? report.denied
+                                             : report.failed);
+    report.connections.push_back(std::move(c));
+    journal({report, What::kDecided, report.connections.size() - 1});
+  }
+  void relay_ended(size_t index, uint64_t sent, uint64_t received) {
+    report.connections[index].bytes_sent = sent;
+    report.connections[index].bytes_received = received;
+    report.bytes_sent += sent;
+    report.bytes_received += received;
+    journal({report, What::kRelayed, index});
+  }
+  void refused_past_the_cap() {
+    ++report.denied;
+    report.connection_cap_hit = true;
+    journal({report, What::kCounted});
+  }
+};
+
+JobStreamReader read_all(const std::string& wire, size_t piece) {
+  JobStreamReader reader;
+  for (size_t at = 0; at < wire.size(); at += piece) EXPECT_TRUE(reader.feed(std::string_view(wire).substr(at, piece)));
+  return reader;
+}
+
+TEST(JobStream, WhatTheProxyDidArrivesAheadOfTheResultWhateverTheReadsSizes) {
   SocketPair pair;
-  JobStreamWriter writer(pair.worker.get());
-  ASSERT_TRUE(writer.decision(decision("api.example.com", EgressVerdict::kAllowed, "rule {host: api.example.com}")));
-  ASSERT_TRUE(writer.decision(decision("evil.example.net", EgressVerdict::kDenied, "no rule allows it")));
-  const std::string result = R"({"return":6,"error":null,"stdout":"e\u0000r"})";
-  ASSERT_TRUE(writer.result(result));
+  auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
+  Proxy proxy{{}, journal_to(writer)};
+  proxy.decide(connection("api.example.com", EgressVerdict::kAllowed, "rule {host: api.example.com}"));
+  proxy.decide(connection("evil.example.net", EgressVerdict::kDenied, "no rule allows it"));
+  proxy.relay_ended(0, 120, 4000);
+  const std::string result = R"({"return":6,"error":null,"stdout":"d\u0000r"})";
+  ASSERT_TRUE(writer->result(result));
   const std::string wire = pair.drain();
   for (size_t piece : {wire.size(), size_t{1}, size_t{3}, size_t{7}}) {
-    JobStreamReader reader;
-    for (size_t at = 0; at < wire.size(); at += piece)
-      ASSERT_TRUE(reader.feed(std::string_view(wire).substr(at, piece))) << piece;
+    JobStreamReader reader = read_all(wire, piece);
     ASSERT_TRUE(reader.has_result()) << piece;
     EXPECT_EQ(reader.take_result_text(), result) << piece;
-    ASSERT_EQ(reader.decisions().size(), 2u) << piece;
-    EXPECT_EQ(reader.decisions()[0]["host"], "api.example.com");
-    EXPECT_EQ(reader.decisions()[0]["verdict"], "allowed");
-    EXPECT_EQ(reader.decisions()[1]["reason"], "no rule allows it");
-    EXPECT_EQ(reader.decisions()[1]["time"], "2026-12-06T07:00:00.000Z");
+    ASSERT_TRUE(reader.has_egress());
+    const json network = reader.network();
+    ASSERT_EQ(network["connections"].size(), 2u) << piece;
+    EXPECT_EQ(network["connections"][0]["host"], "api.example.com");
+    EXPECT_EQ(network["connections"][0]["bytes_received"], 4000) << "its relay ended: known";
+    EXPECT_EQ(network["connections"][1]["reason"], "no rule allows it");
+    EXPECT_EQ(network["connections"][1]["time"], "2026-12-06T07:00:00.000Z");
+    EXPECT_EQ(network["bytes_sent"], 120) << "every relay ended: the totals are known";
   }
 }
 
-TEST(JobStream, NothingIsSentAfterTheResult) {
-  SocketPair pair;
-  JobStreamWriter writer(pair.worker.get());
-  ASSERT_TRUE(writer.result("{}"));
-  EXPECT_FALSE(writer.decision(decision("late.example.com", EgressVerdict::kDenied, "x")))
-      << "a decision after the answer must not be written to an fd that may be reused";
-  EXPECT_FALSE(writer.result("{}"));
-  EXPECT_EQ(pair.drain(), "r{}");
+TEST(JobStream, NothingIsSentAfterTheResultOrTheEnd) {
+  for (bool with_result : {true, false}) {
+    SocketPair pair;
+    auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
+    Proxy proxy{{}, journal_to(writer)};
+    if (with_result) {
+      ASSERT_TRUE(writer->result("{}"));
+    } else {
+      writer->end();
+    }
+    proxy.decide(connection("late.example.com", EgressVerdict::kDenied, "x"));
+    EXPECT_FALSE(writer->result("{}"));
+    EXPECT_EQ(pair.drain(), with_result ? "r{}" : "")
+        << "a change after the answer must not be written to an fd that may be reused";
+  }
 }
 
 TEST(JobStream, AWorkerWhoseNodeIsGoneIsToldSoAndLives) {
   SocketPair pair;
   JobStreamWriter writer(pair.worker.get());
   pair.node.reset();
-  EXPECT_FALSE(writer.decision(decision("api.example.com", EgressVerdict::kAllowed, "rule")))
-      << "EPIPE, without SIGPIPE killing the worker";
+  EgressReport report;
+  EXPECT_FALSE(writer.egress({report, What::kCounted})) << "EPIPE, without SIGPIPE killing the worker";
   EXPECT_FALSE(writer.result("{}"));
-}
-
-TEST(JobStream, TheJournalSendsThroughTheWriter) {
-  SocketPair pair;
-  auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
-  const EgressJournal journal = journal_to(writer);
-  journal(decision("api.example.com", EgressVerdict::kFailed, "no address"));
-  writer->result("{}");
-  JobStreamReader reader;
-  ASSERT_TRUE(reader.feed(pair.drain()));
-  ASSERT_EQ(reader.decisions().size(), 1u);
-  EXPECT_EQ(reader.decisions()[0]["verdict"], "failed");
 }
 
 TEST(JobStream, WhatIsNotAJobStreamIsRefused) {
@@ -105,45 +135,53 @@ TEST(JobStream, WhatIsNotAJobStreamIsRefused) {
   {
     JobStreamReader reader;
     const uint32_t huge = 1u << 30;
-    std::string frame = "e";
+    std::string frame = "d";
     frame.append(reinterpret_cast<const char*>(&huge), sizeof huge);
-    EXPECT_FALSE(reader.feed(frame)) << "a length no decision has: not buffered up to it";
+    EXPECT_FALSE(reader.feed(frame)) << "a length no frame has: not buffered up to it";
   }
   {
     JobStreamReader reader;
-    const uint32_t size = 3;
-    std::string frame = "e";
+    const uint32_t size = 2;
+    std::string frame = "q";
     frame.append(reinterpret_cast<const char*>(&size), sizeof size);
-    EXPECT_FALSE(reader.feed(frame + "[1]")) << "a decision is an object";
+    EXPECT_FALSE(reader.feed(frame + "{}")) << "an unknown frame";
   }
   {
     JobStreamReader reader;
-    EXPECT_TRUE(reader.feed("e\x02")) << "a header not yet whole waits";
+    EXPECT_TRUE(reader.feed("t\x02")) << "a header not yet whole waits";
     EXPECT_FALSE(reader.has_result());
-    EXPECT_TRUE(reader.decisions().empty());
+    EXPECT_FALSE(reader.has_egress());
+    EXPECT_TRUE(reader.network().is_null());
   }
 }
 
-TEST(JobStream, TheNetworkOfADeadWorkersRunCountsVerdictsAndLeavesRelayedBytesUnknown) {
-  const std::vector<json> decisions = {
-      to_json(decision("api.example.com", EgressVerdict::kAllowed, "rule {host: api.example.com}")),
-      to_json(decision("169.254.169.254", EgressVerdict::kDenied, "link-local 169.254.0.0/16 (cloud metadata)")),
-      to_json(decision("nowhere.example", EgressVerdict::kFailed, "no address")),
-  };
-  const json network = network_of_decisions(decisions);
-  EXPECT_EQ(network["allowed"], 1);
-  EXPECT_EQ(network["denied"], 1);
+// A worker killed mid-run: counts (past the cap too) and caps as the proxy
+// had them, each relay that ended with its bytes, the one still open null.
+TEST(JobStream, TheNetworkOfADeadWorkersRunIsWhatItsProxyHadDone) {
+  SocketPair pair;
+  auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
+  Proxy proxy{{}, journal_to(writer)};
+  proxy.journal({proxy.report, What::kCounted});  // as set_journal tells it
+  proxy.decide(connection("api.example.com", EgressVerdict::kAllowed, "rule {host: api.example.com}"));
+  proxy.decide(connection("169.254.169.254", EgressVerdict::kDenied, "link-local 169.254.0.0/16 (cloud metadata)"));
+  proxy.decide(connection("upload.example.com", EgressVerdict::kAllowed, "rule {host: upload.example.com}"));
+  proxy.relay_ended(2, 200000, 300);
+  proxy.decide(connection("nowhere.example", EgressVerdict::kFailed, "no address"));
+  for (int i = 0; i < 6; ++i) proxy.refused_past_the_cap();
+  JobStreamReader reader = read_all(pair.drain(), 5);
+  ASSERT_FALSE(reader.has_result());
+  const json network = reader.network();
+  EXPECT_EQ(network["allowed"], 2);
+  EXPECT_EQ(network["denied"], 7) << "past the cap too";
   EXPECT_EQ(network["failed"], 1);
-  EXPECT_TRUE(network["bytes_sent"].is_null()) << "the worker that counted them died";
-  EXPECT_TRUE(network["bytes_received"].is_null());
-  ASSERT_EQ(network["connections"].size(), 3u);
-  EXPECT_TRUE(network["connections"][0]["bytes_sent"].is_null());
+  EXPECT_TRUE(network["bytes_sent"].is_null()) << "a relay was open when the worker died";
+  ASSERT_EQ(network["connections"].size(), 4u);
+  EXPECT_TRUE(network["connections"][0]["bytes_sent"].is_null()) << "still open: unknown, never 0";
   EXPECT_EQ(network["connections"][1]["bytes_sent"], 0) << "a denied request relayed nothing";
+  EXPECT_EQ(network["connections"][2]["bytes_sent"], 200000) << "an upload that ended is on record";
   EXPECT_EQ(network["denials"], json({"169.254.169.254:443 denied: link-local 169.254.0.0/16 (cloud metadata)",
-                                      "nowhere.example:443 failed: no address"}));
-
-  const json refused_only = network_of_decisions({decisions[1]});
-  EXPECT_EQ(refused_only["bytes_sent"], 0) << "nothing was allowed, so nothing was relayed";
+                                      "nowhere.example:443 failed: no address", kConnectionCapDenial}));
+  EXPECT_EQ(reader.limits_hit(), std::vector<std::string>{"network_connections"});
 
   // The node's audit and metrics take such a section as it is.
   AuditContext ctx;
@@ -151,19 +189,32 @@ TEST(JobStream, TheNetworkOfADeadWorkersRunCountsVerdictsAndLeavesRelayedBytesUn
   ctx.tenant = "acme";
   const json died = {{"status", "error"}, {"error_type", "sandbox"}, {"network", network}};
   const json record = audit_record(ctx, died);
-  EXPECT_EQ(record["network"]["allowed"], 1);
+  EXPECT_EQ(record["network"]["denied"], 7);
   EXPECT_TRUE(record["network"]["bytes_sent"].is_null());
   const auto lines = egress_audit_records(ctx, died);
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["run_id"], "r9");
   EXPECT_TRUE(lines[0]["bytes_received"].is_null());
-  EXPECT_EQ(lines[1]["verdict"], "denied");
+  EXPECT_EQ(lines[2]["bytes_sent"], 200000);
   Metrics metrics;
   metrics.egress_finished("acme", network);
   const std::string text = metrics.render({});
-  EXPECT_NE(text.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"allowed\"} 1\n"), std::string::npos)
+  EXPECT_NE(text.find("nsbox_egress_connections_total{tenant=\"acme\",verdict=\"denied\"} 7\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("nsbox_egress_bytes_total{tenant=\"acme\",direction=\"sent\"} 0\n"), std::string::npos) << text;
+}
+
+TEST(JobStream, AnEgressRunKilledBeforeItsFirstRequestShowsItHadEgress) {
+  SocketPair pair;
+  auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
+  Proxy proxy{{}, journal_to(writer)};
+  proxy.journal({proxy.report, What::kCounted});
+  JobStreamReader reader = read_all(pair.drain(), 64);
+  const json network = reader.network();
+  EXPECT_EQ(network["allowed"], 0) << network;
+  EXPECT_EQ(network["bytes_sent"], 0) << "no relay: nothing unknown";
+  EXPECT_EQ(network["connections"], json::array());
+  EXPECT_TRUE(reader.limits_hit().empty());
 }
 
 }  // namespace
