@@ -169,6 +169,9 @@ constexpr bool kWorkloadSharesMemory = true;
 constexpr size_t kWorkloadStackBytes = size_t{1} << 20;
 constexpr size_t kGuardPageBytes = 4096;
 
+// The domain name of a UTS namespace nobody named: the kernel's default.
+constexpr const char* kNoDomainName = "(none)";
+
 int workload_entry(void* config) { become_workload(*static_cast<const ChildConfig*>(config)); }
 
 // Starts the workload the way posix_spawn starts a program: sharing PID 1's
@@ -318,6 +321,9 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   const char* object = nullptr;
   if (int err = apply_mount_plan(c.mounts, c.mount_count, &step, &object)) fail(c, step, object, err);
   if (::sethostname(c.hostname, std::strlen(c.hostname)) != 0) fail(c, "sethostname", c.hostname, errno);
+  // A new UTS namespace starts with the host's NIS domain name (a corporate
+  // one on many hosts): the kernel's default instead.
+  if (::setdomainname(kNoDomainName, std::strlen(kNoDomainName)) != 0) fail(c, "setdomainname", kNoDomainName, errno);
   if (int err = bring_up_loopback()) fail(c, "bring up", "lo", err);
   if (c.proxy_sock >= 0) hand_over_proxy_listener(c);
 

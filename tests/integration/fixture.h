@@ -46,6 +46,13 @@ CliResult run_cli(const std::vector<std::string>& args);
 // The same with another copy of nsbox (one that finds other profiles beside it).
 CliResult run_cli_with_binary(const std::string& binary, const std::vector<std::string>& args);
 
+// A domain name set in a test's own UTS namespace, and Python that prints
+// the one it sees.
+inline constexpr const char* kHostDomainName = "corp.example.internal";
+inline constexpr const char* kPrintDomainName =
+    "import ctypes; b = ctypes.create_string_buffer(256); ctypes.CDLL(None).getdomainname(b, 256); "
+    "print(b.value.decode())";
+
 // The exit code and output (stdout and stderr on one pipe) of nsbox args,
 // run after in_child in the child's process (which must not allocate).
 std::pair<int, std::string> run_cli_merged(const std::vector<std::string>& args, const std::function<void()>& in_child);

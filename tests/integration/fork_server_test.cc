@@ -928,6 +928,28 @@ TEST(ForkServerRequest, SettingsThatChangeAreEachRunsOwn) {
 // with the size and the bound named: every forked run of it would fail.
 // One profile file is at most 1 MiB: the env comes from two, a parent
 // (found on NSBOX_PROFILE_PATH) and the tenant's, 600 KB each.
+// A warm sandbox and a forked run each make a UTS namespace from one that
+// holds the node's domain name (here a corporate one): neither may show it.
+TEST(ForkServerUts, WarmAndForkedRunsDoNotSeeTheHostsDomainName) {
+  TempDir dir;
+  NodeProcess node(
+      "tenants:\n  - {name: started, profile: default}\n  - name: forked\n    token: " + std::string(kForkedToken) +
+          "\n    profile: " + dir.write("forked.yaml", "name: forked\nextends: default\nfork_server: true\n") +
+          "\ndefault_tenant: started\nlimits:\n  pool_size: 1\n",
+      "", {}, [] {
+        if (::unshare(CLONE_NEWUTS) != 0 || ::setdomainname(kHostDomainName, std::strlen(kHostDomainName)) != 0)
+          ::_exit(99);
+      });
+  ASSERT_TRUE(node.ready()) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 4)) << node.log();
+  const std::string code = std::string("import ctypes\ndef main(args):\n    b = ctypes.create_string_buffer(256)\n") +
+                           "    ctypes.CDLL(None).getdomainname(b, 256)\n    return b.value.decode()\n";
+  for (bool forked : {false, true}) {
+    const json r = run_as(node, code, forked);
+    EXPECT_EQ(r.value("return", json()), "(none)") << (forked ? "forked: " : "warm: ") << r;
+  }
+}
+
 TEST(ForkServerRequest, OnePastTheBoundIsRefusedWhenTheNodeLoadsIt) {
   TempDir dir;
   std::string parent = "name: bigparent\nextends: default\nenv:\n", env;

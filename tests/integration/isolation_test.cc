@@ -3,6 +3,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include <seccomp.h>
@@ -532,6 +534,19 @@ TEST(Isolation, HostnameIsNotTheHosts) {
   std::string out = python("import socket; print(socket.gethostname())");
   EXPECT_EQ(out, "sandbox\n");
   EXPECT_NE(out, std::string(host) + "\n");
+}
+
+// A new UTS namespace starts with the host's NIS domain name, which
+// enterprise hosts set to a corporate one: the sandbox must not see it.
+TEST(Isolation, TheHostsDomainNameIsNotSeen) {
+  const auto [code, out] =
+      run_cli_merged({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", kPrintDomainName}, [] {
+        // This test's own UTS namespace, never the host's.
+        if (::unshare(CLONE_NEWUTS) != 0 || ::setdomainname(kHostDomainName, std::strlen(kHostDomainName)) != 0)
+          ::_exit(99);
+      });
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out, "(none)\n");
 }
 
 TEST(Isolation, NoHostFdLeaksIn) {
