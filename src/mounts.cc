@@ -29,10 +29,34 @@ constexpr const char* kDevices[] = {"null", "zero", "full", "random", "urandom",
 // hidden behind /dev/null. The host's boot arguments, and host-wide
 // interrupt and disk counters that move with other tenants' runs, too.
 constexpr const char* kMaskedProcFiles[] = {
-    "/proc/kcore",         "/proc/sysrq-trigger", "/proc/timer_list", "/proc/keys",
-    "/proc/latency_stats", "/proc/sched_debug",   "/proc/kallsyms",   "/proc/kmsg",
-    "/proc/config.gz",     "/proc/kpagecount",    "/proc/kpageflags", "/proc/kpagecgroup",
-    "/proc/cmdline",       "/proc/interrupts",    "/proc/softirqs",   "/proc/diskstats",
+    "/proc/kcore",
+    "/proc/sysrq-trigger",
+    "/proc/timer_list",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/sched_debug",
+    "/proc/kallsyms",
+    "/proc/kmsg",
+    "/proc/config.gz",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/kpagecgroup",
+    "/proc/cmdline",
+    "/proc/interrupts",
+    "/proc/softirqs",
+    "/proc/diskstats",
+    // The host's disks, hardware and drivers (what kernel surfaces exist to
+    // attack), and its free memory page by page: nothing a runtime reads.
+    "/proc/partitions",
+    "/proc/buddyinfo",
+    "/proc/zoneinfo",
+    "/proc/iomem",
+    "/proc/ioports",
+    "/proc/devices",
+    "/proc/misc",
+    "/proc/consoles",
+    "/proc/crypto",
+    "/proc/dma",
 };
 // Directories of /proc with host-wide knobs, hardware details or pressure
 // figures; each is hidden behind an empty read-only tmpfs.

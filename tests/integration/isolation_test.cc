@@ -569,8 +569,9 @@ TEST(Isolation, DevHasOnlyTheMinimalNodes) {
 TEST(Isolation, MaskedProcFilesAreEmpty) {
   // Only masks of files this kernel has can be checked; at least two must be.
   std::string present;
-  for (const char* f : {"kcore", "sysrq-trigger", "timer_list", "keys", "sched_debug", "kallsyms", "cmdline",
-                        "interrupts", "softirqs", "diskstats"}) {
+  for (const char* f : {"kcore",      "sysrq-trigger", "timer_list", "keys",       "sched_debug", "kallsyms", "cmdline",
+                        "interrupts", "softirqs",      "diskstats",  "partitions", "buddyinfo",   "zoneinfo", "iomem",
+                        "ioports",    "devices",       "misc",       "consoles",   "crypto",      "dma"}) {
     if (::access((std::string("/proc/") + f).c_str(), F_OK) == 0) present += std::string("'") + f + "',";
   }
   ASSERT_GE(std::count(present.begin(), present.end(), ','), 2) << present;
