@@ -25,7 +25,14 @@ SandboxHealth::Change SandboxHealth::run_finished(const std::optional<std::strin
 std::optional<std::string> SandboxHealth::degraded(Clock::time_point now) const {
   std::lock_guard lock(mu_);
   if (!degraded_locked(now)) return std::nullopt;
-  return "the last " + std::to_string(in_a_row_) + " runs got no sandbox; the last: " + last_failure_;
+  // No error text: /health answers anyone, and the errors name tenants and
+  // host paths. The node's log has them.
+  return "the last " + std::to_string(in_a_row_) + " runs got no sandbox; the node's log says why";
+}
+
+std::string SandboxHealth::last_failure() const {
+  std::lock_guard lock(mu_);
+  return last_failure_;
 }
 
 uint64_t SandboxHealth::failures_total() const {

@@ -809,9 +809,9 @@ void Node::note_sandbox_health(const TenantConfig& tenant, const std::optional<s
   switch (health_.run_finished(at)) {
     case SandboxHealth::Change::kDegraded:
       spdlog::error(
-          "the last {} runs got no sandbox: /health answers 503 degraded until a run gets one, or for {} s "
-          "after the last such run",
-          SandboxHealth::kFailuresInARow, SandboxHealth::kHold.count());
+          "the last {} runs got no sandbox (the last: {}): /health answers 503 degraded until a run gets one, or "
+          "for {} s after the last such run",
+          SandboxHealth::kFailuresInARow, health_.last_failure(), SandboxHealth::kHold.count());
       break;
     case SandboxHealth::Change::kRecovered:
       spdlog::info("runs get sandboxes again: /health answers ok");

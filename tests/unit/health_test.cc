@@ -19,7 +19,9 @@ TEST(SandboxHealth, FiveRunsInARowWithoutASandboxDegradeTheNodeAndOneWithOneMend
   EXPECT_EQ(health.run_finished("tenant b: mkdtemp: Not a directory", t0 + 1s), Change::kDegraded);
   const auto why = health.degraded(t0 + 1s);
   ASSERT_TRUE(why);
-  EXPECT_EQ(*why, "the last 5 runs got no sandbox; the last: tenant b: mkdtemp: Not a directory");
+  EXPECT_EQ(*why, "the last 5 runs got no sandbox; the node's log says why")
+      << "/health answers anyone: no tenant, path or error text";
+  EXPECT_EQ(health.last_failure(), "tenant b: mkdtemp: Not a directory");
   EXPECT_EQ(health.run_finished("tenant b: again", t0 + 2s), Change::kNone) << "said once";
   EXPECT_EQ(health.run_finished(std::nullopt, t0 + 3s), Change::kRecovered);
   EXPECT_FALSE(health.degraded(t0 + 3s));
