@@ -338,7 +338,7 @@ class Session {
     std::string pending = buf_.substr(end);
     std::optional<uint64_t> budget;
     if (req.protocol == ProxyProtocol::kHttpConnect) {
-      if (!reply(http_proxy_response(200, ""))) return;
+      if (!reply(http_proxy_response(200, ""))) return relay_never_began(d);
     } else {
       if (!req.chunked) {
         budget = req.content_length;
@@ -386,8 +386,15 @@ class Session {
       reply(socks5_reply(d.verdict == EgressVerdict::kDenied ? kSocksNotAllowed : socks_code(d.err)));
       return;
     }
-    if (!reply(socks5_reply(kSocksSucceeded))) return;
+    if (!reply(socks5_reply(kSocksSucceeded))) return relay_never_began(d);
     relay(d, buf_.substr(used), std::nullopt);
+  }
+
+  // An allowed connection whose client went before its relay began carried
+  // nothing: its bytes (0) are final, as a relay's end would say.
+  void relay_never_began(const Decision& d) {
+    std::lock_guard lock(s_->mu);
+    if (d.record < s_->report.connections.size()) tell_locked(*s_, EgressJournalEntry::What::kRelayed, d.record);
   }
 
   static uint8_t socks_code(int err) {
@@ -561,8 +568,7 @@ class Session {
     if (size_t got = reserve_bytes(*s_, first); got < first) {
       s_->bytes_left += got;
       byte_cap_reached(*s_);
-      std::lock_guard lock(s_->mu);
-      if (d.record < s_->report.connections.size()) tell_locked(*s_, EgressJournalEntry::What::kRelayed, d.record);
+      relay_never_began(d);
       return false;
     }
     up.total = first;

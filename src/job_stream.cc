@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include "nsbox/egress_policy.h"
 #include "nsbox/result.h"
@@ -82,9 +84,11 @@ bool JobStreamWriter::egress(const EgressJournalEntry& entry) {
   using What = EgressJournalEntry::What;
   if (entry.what != What::kCounted && entry.index < entry.report.connections.size()) {
     const EgressConnection& c = entry.report.connections[entry.index];
+    json decided = to_json(c);
+    decided["index"] = entry.index;  // where it stands in the report: its relay's end names it so
     const bool whole =
         entry.what == What::kDecided
-            ? append_frame(frames, kDecidedFrame, to_json(c))
+            ? append_frame(frames, kDecidedFrame, decided)
             : append_frame(
                   frames, kRelayedFrame,
                   {{"index", entry.index}, {"bytes_sent", c.bytes_sent}, {"bytes_received", c.bytes_received}});
@@ -151,22 +155,27 @@ bool JobStreamReader::take_frame(char tag, std::string_view payload) {
 
 json JobStreamReader::network() const {
   if (!has_egress()) return nullptr;
-  json connections = json::array();
+  // By their index in the proxy's report, which a relay's end names.
+  std::map<size_t, json> by_index;
   for (const std::string& text : decided_) {
     json c = parse_object(text);
+    const size_t index = c.value("index", by_index.size());
+    c.erase("index");
     if (is_allowed(c)) {
       c["bytes_sent"] = nullptr;  // until its relay's end says
       c["bytes_received"] = nullptr;
     }
-    connections.push_back(std::move(c));
+    by_index.emplace(index, std::move(c));
   }
   for (const std::string& text : relayed_) {
     const json r = parse_object(text);
-    const size_t index = r.value("index", connections.size());
-    if (index >= connections.size()) continue;
-    connections[index]["bytes_sent"] = r.value("bytes_sent", json(nullptr));
-    connections[index]["bytes_received"] = r.value("bytes_received", json(nullptr));
+    const auto it = by_index.find(r.value("index", std::numeric_limits<size_t>::max()));
+    if (it == by_index.end()) continue;
+    it->second["bytes_sent"] = r.value("bytes_sent", json(nullptr));
+    it->second["bytes_received"] = r.value("bytes_received", json(nullptr));
   }
+  json connections = json::array();
+  for (auto& [index, c] : by_index) connections.push_back(std::move(c));
   bool relays_open = false;
   json denials = json::array();
   for (const json& c : connections) {

@@ -27,6 +27,19 @@ uint64_t known_count(const nlohmann::ordered_json& section, const char* key) {
   return it != section.end() && it->is_number_integer() ? it->get<uint64_t>() : 0;
 }
 
+// A run's relayed bytes one way (bytes_sent, bytes_received): its total, or
+// where that is unknown (a relay was open when its worker died) what the
+// connections whose relays ended carried.
+uint64_t known_bytes(const nlohmann::ordered_json& network, const char* key) {
+  const auto total = network.find(key);
+  if (total != network.end() && total->is_number_integer()) return total->get<uint64_t>();
+  uint64_t sum = 0;
+  const auto connections = network.find("connections");
+  if (connections != network.end() && connections->is_array())
+    for (const auto& c : *connections) sum += known_count(c, key);
+  return sum;
+}
+
 // The HELP and TYPE lines of a metric family.
 void family(std::ostream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
@@ -60,8 +73,8 @@ void Metrics::egress_finished(const std::string& tenant, const nlohmann::ordered
   std::lock_guard<std::mutex> lock(mutex_);
   for (const char* verdict : {"allowed", "denied", "failed"})
     egress_connections_[{tenant, verdict}] += known_count(network, verdict);
-  egress_bytes_[{tenant, "sent"}] += known_count(network, "bytes_sent");
-  egress_bytes_[{tenant, "received"}] += known_count(network, "bytes_received");
+  egress_bytes_[{tenant, "sent"}] += known_bytes(network, "bytes_sent");
+  egress_bytes_[{tenant, "received"}] += known_bytes(network, "bytes_received");
 }
 
 void Metrics::rejected(const std::string& reason) {

@@ -1229,6 +1229,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
       // What the proxy did stays the run's record (the audit log's lines).
       st.proxy->stop();
       result.network = st.proxy->report();
+      result.limits_hit = egress_limits_hit(result.network->connection_cap_hit, result.network->byte_cap_hit);
     }
     result.status = RunStatus::kSetupError;
     result.error = e.what();
