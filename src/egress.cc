@@ -265,6 +265,11 @@ struct Decision {
   UniqueFd upstream;
   int err = 0;               // failed: errno of the last connect, or 0 for a lookup failure
   size_t record = SIZE_MAX;  // index in the report, when recorded
+  // A refusal the sandbox is told as a failure (502, not 403), where telling
+  // it apart would answer a question: which address is the host's own, which
+  // internal names exist. told_err is the failure's errno (0: a lookup).
+  bool told_as_failure = false;
+  int told_err = 0;
 };
 
 // What a refused request asked for, as the report may carry it: printable
@@ -330,8 +335,9 @@ class Session {
     Decision d = decide(req.protocol, req.target);
     const std::string target = req.target.host + ":" + std::to_string(req.target.port);
     if (d.verdict != EgressVerdict::kAllowed) {
-      int status = d.verdict == EgressVerdict::kDenied ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
-      reply(http_proxy_response(status, "nsbox egress: " + std::string(to_string(d.verdict)) + " " + target + ": " +
+      const EgressVerdict told = d.told_as_failure ? EgressVerdict::kFailed : d.verdict;
+      int status = told == EgressVerdict::kDenied ? 403 : (d.err == ETIMEDOUT ? 504 : 502);
+      reply(http_proxy_response(status, "nsbox egress: " + std::string(to_string(told)) + " " + target + ": " +
                                             (d.told.empty() ? d.reason : d.told) + "\n"));
       return;
     }
@@ -383,7 +389,9 @@ class Session {
     }
     Decision d = decide(ProxyProtocol::kSocks5, req.target);
     if (d.verdict != EgressVerdict::kAllowed) {
-      reply(socks5_reply(d.verdict == EgressVerdict::kDenied ? kSocksNotAllowed : socks_code(d.err)));
+      reply(socks5_reply(d.told_as_failure                     ? socks_code(d.told_err)
+                         : d.verdict == EgressVerdict::kDenied ? kSocksNotAllowed
+                                                               : socks_code(d.err)));
       return;
     }
     if (!reply(socks5_reply(kSocksSucceeded))) return relay_never_began(d);
@@ -461,10 +469,21 @@ class Session {
                       d.address,
                       {},
                       0};
-      if (!target.address)
-        denied.told = target.host + ": the addresses it resolves to are refused by the profile's egress rules";
-      else if (first_denial.range_refusal)
+      if (!target.address) {
+        // As a name that does not resolve: else a wildcard rule would map
+        // which names exist behind it (an internal zone's, say).
+        denied.told = "cannot resolve " + target.host + ": " + ::gai_strerror(EAI_NONAME);
+        denied.told_as_failure = true;
+      } else if (first_denial.this_host) {
+        // As a closed port: else, among its neighbours (which are tried),
+        // the one refused would be the host's.
+        denied.told =
+            "connect to " + d.address + " port " + std::to_string(target.port) + ": " + std::strerror(ECONNREFUSED);
+        denied.told_as_failure = true;
+        denied.told_err = ECONNREFUSED;
+      } else if (first_denial.range_refusal) {
         denied.told = d.address + " is refused by the profile's egress rules";
+      }
       return record(protocol, target, std::move(denied));
     }
     const auto deadline = after_ms(s_->timeouts.connect_ms);

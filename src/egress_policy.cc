@@ -290,12 +290,12 @@ Verdict check_address(const EgressPolicy& policy, const EgressRule* host_rule, c
   if (!host_rule && !cidr_rule) {
     for (const auto& rule : policy.allow)
       if (private_refused && rule.cidr && rule.cidr->contains(a) && rule.allows_port(port))
-        return {false, private_reason, nullptr, true};  // a broader rule would have allowed it
+        return {false, private_reason, nullptr, true, of_this_host};  // a broader rule would have allowed it
     if (other_port)
       return {false, "port " + std::to_string(port) + " is not in rule " + other_port->describe(), nullptr};
     return {false, "no rule allows " + a.str() + " port " + std::to_string(port), nullptr};
   }
-  if (private_refused) return {false, private_reason, nullptr, true};
+  if (private_refused) return {false, private_reason, nullptr, true, of_this_host};
   return {true, "rule " + (cidr_rule ? cidr_rule : host_rule)->describe(), host_rule};
 }
 

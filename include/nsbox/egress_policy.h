@@ -104,6 +104,9 @@ struct Verdict {
   // addresses: the sandbox is told neither (which would set the host's own
   // apart from the rest of a range).
   bool range_refusal = false;
+  // Refused as one of the host's own addresses, within a range a rule
+  // opens: told apart from its neighbours, it would give the host's address.
+  bool this_host = false;
 };
 
 // The first decision, before any DNS query: a name is only ever resolved when

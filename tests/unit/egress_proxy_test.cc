@@ -6,6 +6,7 @@
 #include "nsbox/egress.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -630,7 +631,8 @@ TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
   EgressPolicy p;
   p.allow = {EgressRule{"localhost", std::nullopt, {up.port()}}};
   RunningProxy px(p);
-  EXPECT_EQ(socks_localhost(px.port, up.port()), kSocksNotAllowed) << last_reason(px.proxy);
+  EXPECT_EQ(socks_localhost(px.port, up.port()), kSocksHostUnreachable)
+      << "told as a name that does not resolve: " << last_reason(px.proxy);
   px.proxy.stop();
   EXPECT_EQ(up.accepted(), 0u);
   EgressReport rep = px.proxy.report();
@@ -644,8 +646,10 @@ TEST(EgressProxy, Socks5DomainLocalhostRefusedByDenyPrivate) {
 }
 
 // The sandbox has no DNS of its own: a refusal does not tell it what an
-// allowed name resolved to (an internal zone's answers), only the Result
-// and the audit log do.
+// allowed name resolved to (an internal zone's answers), nor that it
+// resolved at all (a wildcard rule would map which names exist): it is
+// answered as a name that does not resolve. The Result and the audit log
+// say what happened.
 TEST(EgressProxy, ARefusedNameDoesNotTellTheSandboxItsAddresses) {
   NoFdLeak guard;
   Upstream up(Upstream::Mode::kEcho);
@@ -656,14 +660,56 @@ TEST(EgressProxy, ARefusedNameDoesNotTellTheSandboxItsAddresses) {
   UniqueFd c = dial(px.port);
   ASSERT_TRUE(send_all(c.get(), connect_head(authority)));
   ReadResult r = read_to_eof(c.get());
+  EXPECT_EQ(r.data.rfind("HTTP/1.1 502 ", 0), 0u) << r.data;
   EXPECT_EQ(body_of(r.data),
-            "nsbox egress: denied " + authority +
-                ": localhost: the addresses it resolves to are refused by the profile's egress rules\n");
+            "nsbox egress: failed " + authority + ": cannot resolve localhost: " + ::gai_strerror(EAI_NONAME) + "\n");
   px.proxy.stop();
   EXPECT_EQ(up.accepted(), 0u);
   EgressReport rep = px.proxy.report();
   ASSERT_EQ(rep.connections.size(), 1u);
   EXPECT_NE(rep.connections[0].reason.find(" is loopback"), std::string::npos) << rep.connections[0].reason;
+}
+
+// Under a rule for a range that holds one of the host's own addresses, that
+// address is refused (its services would be reached through the proxy)
+// without a connection: answered as a closed port, as its neighbours may
+// be, it cannot be told apart as the host's. Nothing but the host's own
+// address is ever a target here.
+TEST(EgressProxy, TheHostsOwnAddressInAnOpenedRangeIsAnsweredAsAClosedPort) {
+  NoFdLeak guard;
+  std::optional<IpAddress> own;
+  for (const IpAddress& a : host_interface_addresses())
+    if (!a.v6 && !is_loopback(a)) own = a;
+  if (!own) GTEST_SKIP() << "this host has no IPv4 address but loopback";
+  IpAddress base = *own;
+  base.bytes[3] &= 0xfe;  // a /31 holding it and one neighbour
+  EgressPolicy p;
+  p.allow = {EgressRule{"", Cidr{base, 31}, {443}}};
+  RunningProxy px(p);
+  const std::string authority = own->str() + ":443";
+  {
+    UniqueFd c = dial(px.port);
+    ASSERT_TRUE(send_all(c.get(), connect_head(authority)));
+    ReadResult r = read_to_eof(c.get());
+    EXPECT_EQ(r.data.rfind("HTTP/1.1 502 ", 0), 0u) << r.data;
+    EXPECT_EQ(body_of(r.data), "nsbox egress: failed " + authority + ": connect to " + own->str() +
+                                   " port 443: " + std::strerror(ECONNREFUSED) + "\n");
+  }
+  {
+    UniqueFd c = dial(px.port);
+    std::string request = std::string("\x05\x01\x00\x01", 4);
+    request.append(reinterpret_cast<const char*>(own->bytes.data()), 4);
+    request += std::string("\x01\xbb", 2);
+    ASSERT_TRUE(send_all(c.get(), kSocksGreeting + request));
+    EXPECT_EQ(read_exact(c.get(), 12), kSocksNoAuth + socks5_reply(kSocksConnectionRefused));
+  }
+  px.proxy.stop();
+  const EgressReport rep = px.proxy.report();
+  ASSERT_EQ(rep.connections.size(), 2u);
+  for (const EgressConnection& c : rep.connections) {
+    EXPECT_EQ(c.verdict, EgressVerdict::kDenied) << "on record as what it was";
+    EXPECT_NE(c.reason.find("an address of this host"), std::string::npos) << c.reason;
+  }
 }
 
 TEST(EgressProxy, Socks5DomainLocalhostAllowedWithoutDenyPrivate) {

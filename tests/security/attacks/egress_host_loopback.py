@@ -17,7 +17,12 @@ def main(args):
         answer = proxy_exchange(f"GET http://{authority}/ HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
         if answer.startswith(b"HTTP/1.1 200") or answer.startswith(b"HTTP/1.0"):
             return escaped(f"GET http://{authority}/ was forwarded")
-        if not answer.startswith(b"HTTP/1.1 40"):
+        # Refused (40x), or, for a name allowed whose addresses are refused,
+        # told as a name that does not resolve (502), so that it cannot map
+        # an internal zone; never anything else.
+        refused = answer.startswith(b"HTTP/1.1 40") or (
+            answer.startswith(b"HTTP/1.1 502") and b"cannot resolve" in answer)
+        if not refused:
             return escaped(f"unexpected answer for {authority}: {answer[:200]!r}")
         if socks5_reply(host, port) == 0:
             return escaped(f"SOCKS5 CONNECT {authority} succeeded")
