@@ -1,13 +1,12 @@
 #include "nsbox/job_stream.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <map>
 
 #include "nsbox/egress_policy.h"
+#include "nsbox/error.h"
+#include "nsbox/io.h"
 #include "nsbox/result.h"
 
 namespace nsbox {
@@ -23,16 +22,15 @@ constexpr char kResultFrame = 'r';
 constexpr uint32_t kMaxFrameBytes = 64 * 1024;
 constexpr size_t kFrameHeader = 1 + sizeof(uint32_t);
 
-// Sends all of data; false when the node is gone. MSG_NOSIGNAL: a node that
-// went away must not kill the worker with SIGPIPE.
+// Sends all of data; false when the node is gone (never SIGPIPE: see
+// write_full).
 bool send_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
+  try {
+    write_full(fd, data, "send job stream", "the node");
+    return true;
+  } catch (const SysError&) {
+    return false;
   }
-  return true;
 }
 
 // Appends one frame to out; false when payload is too large for one.
@@ -47,13 +45,10 @@ bool append_frame(std::string& out, char tag, const json& payload) {
 }
 
 json tally_of(const EgressReport& r) {
-  return {{"allowed", r.allowed},
-          {"denied", r.denied},
-          {"failed", r.failed},
-          {"bytes_sent", r.bytes_sent},
-          {"bytes_received", r.bytes_received},
-          {"connection_cap_hit", r.connection_cap_hit},
-          {"byte_cap_hit", r.byte_cap_hit}};
+  json tally = egress_counts(r);
+  tally["connection_cap_hit"] = r.connection_cap_hit;
+  tally["byte_cap_hit"] = r.byte_cap_hit;
+  return tally;
 }
 
 json parse_object(const std::string& text) {

@@ -45,14 +45,17 @@ nlohmann::ordered_json to_json(const EgressConnection& c) {
           {"time", c.time}};
 }
 
+nlohmann::ordered_json egress_counts(const EgressReport& n) {
+  return {{"allowed", n.allowed},
+          {"denied", n.denied},
+          {"failed", n.failed},
+          {"bytes_sent", n.bytes_sent},
+          {"bytes_received", n.bytes_received}};
+}
+
 nlohmann::ordered_json to_json(const EgressReport& n) {
   using json = nlohmann::ordered_json;
-  json j;
-  j["allowed"] = n.allowed;
-  j["denied"] = n.denied;
-  j["failed"] = n.failed;
-  j["bytes_sent"] = n.bytes_sent;
-  j["bytes_received"] = n.bytes_received;
+  json j = egress_counts(n);
   j["connections"] = json::array();
   j["denials"] = json::array();
   for (const auto& c : n.connections) {

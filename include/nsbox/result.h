@@ -65,6 +65,9 @@ inline constexpr const char* kConnectionCapDenial = "further connections refused
 std::vector<std::string> egress_limits_hit(bool connection_cap_hit, bool byte_cap_hit);
 // One line of the network section's `denials`: "HOST:PORT VERDICT: REASON".
 std::string egress_denial(const std::string& host, uint16_t port, std::string_view verdict, const std::string& reason);
+// A report's counts as its JSON names them: allowed, denied, failed and
+// the bytes each way.
+nlohmann::ordered_json egress_counts(const EgressReport& network);
 nlohmann::ordered_json to_json(const EgressReport& network);
 
 }  // namespace nsbox
