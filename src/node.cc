@@ -805,13 +805,12 @@ void Node::finish_run(AuditContext ctx, const TenantConfig& tenant, const Job& j
 }
 
 void Node::note_sandbox_health(const TenantConfig& tenant, const std::optional<std::string>& failure) const {
-  const auto at = failure ? std::optional("tenant " + tenant.name + ": " + *failure) : std::nullopt;
-  switch (health_.run_finished(at)) {
-    case SandboxHealth::Change::kDegraded:
+  switch (health_.run_finished(!failure)) {
+    case SandboxHealth::Change::kDegraded:  // this run's failure made the count
       spdlog::error(
-          "the last {} runs got no sandbox (the last: {}): /health answers 503 degraded until a run gets one, or "
-          "for {} s after the last such run",
-          SandboxHealth::kFailuresInARow, health_.last_failure(), SandboxHealth::kHold.count());
+          "the last {} runs got no sandbox (the last: tenant {}: {}): /health answers 503 degraded until a run gets "
+          "one, or for {} s after the last such run",
+          SandboxHealth::kFailuresInARow, tenant.name, failure.value_or(""), SandboxHealth::kHold.count());
       break;
     case SandboxHealth::Change::kRecovered:
       spdlog::info("runs get sandboxes again: /health answers ok");

@@ -3,9 +3,9 @@
 // A run that got none (error_type "sandbox": its sandbox could not be set
 // up, or its worker died) counts; a run that got one, whatever its code
 // then did, ends the count. kFailuresInARow in a row make the node
-// degraded: /health answers 503 naming the last reason, so a balancer sends
-// runs elsewhere and an operator is told (the log says why), while the node still tries every
-// run it is sent. A node nothing reaches cannot learn it was mended: the
+// degraded: /health answers 503, so a balancer sends runs elsewhere and
+// an operator is told (the log says why), while the node still tries
+// every run it is sent. A node nothing reaches cannot learn it was mended: the
 // state holds for kHold after the last failure, then /health says ok
 // again and the next runs find out.
 #pragma once
@@ -26,14 +26,12 @@ class SandboxHealth {
 
   enum class Change { kNone, kDegraded, kRecovered };
 
-  // Thread-safe. failure: why the run got no sandbox (its error), or
-  // nullopt when it got one. What changed, for the node's log.
-  Change run_finished(const std::optional<std::string>& failure, Clock::time_point now = Clock::now());
+  // Thread-safe. What changed, for the node's log (which names the run's
+  // failure: kDegraded comes with the run that made the count).
+  Change run_finished(bool got_sandbox, Clock::time_point now = Clock::now());
   // Thread-safe. Why the node is degraded, or nullopt: for /health, which
   // needs no token, so without the failures' text.
   std::optional<std::string> degraded(Clock::time_point now = Clock::now()) const;
-  // Thread-safe. The last failure's text, for the node's log.
-  std::string last_failure() const;
   // Thread-safe. Runs that got no sandbox since the node started.
   uint64_t failures_total() const;
 
@@ -43,7 +41,6 @@ class SandboxHealth {
   mutable std::mutex mu_;
   uint32_t in_a_row_ = 0;
   uint64_t total_ = 0;
-  std::string last_failure_;
   Clock::time_point last_failed_at_{};
 };
 
