@@ -1,5 +1,6 @@
 #include "nsbox/job_stream.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -196,6 +197,15 @@ json JobStreamReader::network() const {
 std::vector<std::string> JobStreamReader::limits_hit() const {
   const json tally = parse_object(tally_);
   return egress_limits_hit(tally.value("connection_cap_hit", false), tally.value("byte_cap_hit", false));
+}
+
+void JobStreamReader::fill_network(json& result) const {
+  if (!has_egress() || (result.contains("network") && !result["network"].is_null())) return;
+  result["network"] = network();
+  json& hit = result["limits_hit"];
+  if (!hit.is_array()) hit = json::array();
+  for (const auto& limit : limits_hit())
+    if (std::find(hit.begin(), hit.end(), limit) == hit.end()) hit.push_back(limit);
 }
 
 }  // namespace nsbox

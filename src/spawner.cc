@@ -49,18 +49,6 @@ constexpr uint64_t kMaxPoolConfigBytes = 64ull << 20;
 // A job is at most the body limit (1 GiB max) plus its profile.
 constexpr uint64_t kMaxJobBytes = (1ull << 30) + (1ull << 20);
 
-// A result without its network section (its worker died, or its sandbox
-// failed after the proxy ran) takes what the worker sent of it as it went:
-// the run's connections stay on record.
-void with_egress_record(json& result, const JobStreamReader& stream) {
-  if (!stream.has_egress() || (result.contains("network") && !result["network"].is_null())) return;
-  result["network"] = stream.network();
-  json& hit = result["limits_hit"];
-  if (!hit.is_array()) hit = json::array();
-  for (const auto& limit : stream.limits_hit())
-    if (std::find(hit.begin(), hit.end(), limit) == hit.end()) hit.push_back(limit);
-}
-
 void send_job_fd(int control, int fd) {
   if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
 }
@@ -865,7 +853,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   auto result = stream.has_result() ? json::parse(stream.take_result_text(), nullptr, false) : json(nullptr);
   if (result.is_discarded() || !result.is_object())
     result = failure_result("The sandbox worker ended without a result");
-  with_egress_record(result, stream);
+  stream.fill_network(result);
   return result;
 }
 

@@ -73,6 +73,11 @@ class JobStreamReader {
   // What the counts say of the Result's limits_hit (network_connections,
   // network_bytes).
   std::vector<std::string> limits_hit() const;
+  // Gives a result (a Result's JSON object) that has no network section
+  // (its worker died, or its sandbox failed after the proxy ran) the one
+  // above, and adds its limits to limits_hit: the run's connections stay
+  // on record. A result with a network section is left as it is.
+  void fill_network(nlohmann::ordered_json& result) const;
 
  private:
   bool take_frame(char tag, std::string_view payload);

@@ -218,5 +218,41 @@ TEST(JobStream, AnEgressRunKilledBeforeItsFirstRequestShowsItHadEgress) {
   EXPECT_TRUE(reader.limits_hit().empty());
 }
 
+// A sandbox that failed after its proxy ran (its teardown) answers with an
+// error result that has no network section: the stream's fills it in, and
+// a result that has one keeps its own.
+TEST(JobStream, AResultWithoutItsNetworkSectionTakesTheStreamsOne) {
+  SocketPair pair;
+  auto writer = std::make_shared<JobStreamWriter>(pair.worker.get());
+  Proxy proxy{{}, journal_to(writer)};
+  proxy.journal({proxy.report, What::kCounted});
+  proxy.decide(connection("169.254.169.254", EgressVerdict::kDenied, "link-local 169.254.0.0/16 (cloud metadata)"));
+  for (int i = 0; i < 2; ++i) proxy.refused_past_the_cap();
+  JobStreamReader reader = read_all(pair.drain(), 7);
+
+  json failed = {{"status", "error"}, {"error_type", "sandbox"}, {"limits_hit", {"network_connections", "memory"}}};
+  reader.fill_network(failed);
+  ASSERT_TRUE(failed["network"].is_object()) << failed;
+  EXPECT_EQ(failed["network"]["denied"], 3);
+  ASSERT_EQ(failed["network"]["connections"].size(), 1u);
+  EXPECT_EQ(failed["network"]["connections"][0]["host"], "169.254.169.254");
+  EXPECT_EQ(failed["limits_hit"], json({"network_connections", "memory"})) << "named once";
+
+  json null_network = {{"status", "error"}, {"network", nullptr}};
+  reader.fill_network(null_network);
+  EXPECT_EQ(null_network["network"]["denied"], 3);
+  EXPECT_EQ(null_network["limits_hit"], json({"network_connections"}));
+
+  const json own = {{"allowed", 0}, {"denied", 1}};
+  json answered = {{"status", "ok"}, {"network", own}, {"limits_hit", json::array()}};
+  reader.fill_network(answered);
+  EXPECT_EQ(answered["network"], own) << "the result's own section is the whole record";
+  EXPECT_EQ(answered["limits_hit"], json::array());
+
+  json no_egress = {{"status", "error"}};
+  JobStreamReader().fill_network(no_egress);
+  EXPECT_FALSE(no_egress.contains("network")) << "a run without egress gets no network section";
+}
+
 }  // namespace
 }  // namespace nsbox
