@@ -344,8 +344,7 @@ std::string join_cgroup_path(const MountEntry& m, const std::string& cgroup_path
 // (move_into_supervisor_leaf) make their runs beside it.
 std::string without_supervisor_leaf(const std::string& v2_path) {
   const std::string leaf = std::string("/") + kSupervisorLeaf;
-  if (v2_path.size() > leaf.size() && v2_path.compare(v2_path.size() - leaf.size(), leaf.size(), leaf) == 0)
-    return v2_path.substr(0, v2_path.size() - leaf.size());
+  if (v2_path.size() > leaf.size() && v2_path.ends_with(leaf)) return v2_path.substr(0, v2_path.size() - leaf.size());
   return v2_path;
 }
 

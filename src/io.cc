@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 
 #include "nsbox/error.h"
 
@@ -119,6 +120,11 @@ void write_full(int fd, std::string_view data, const char* step, const char* obj
     if (n <= 0) throw SysError(step, object, n < 0 ? errno : EPIPE);
     data.remove_prefix(static_cast<size_t>(n));
   }
+}
+
+std::string resolved_or_as_is(const std::string& path) {
+  char resolved[PATH_MAX];
+  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;
 }
 
 }  // namespace nsbox

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 
 #include <spdlog/spdlog.h>
@@ -16,6 +15,7 @@
 #include "nsbox/error.h"
 #include "nsbox/fd_passing.h"
 #include "nsbox/fork_server.h"
+#include "nsbox/io.h"
 #include "nsbox/profile_loader.h"
 
 namespace nsbox {
@@ -28,10 +28,7 @@ std::string pool_key(const std::string& profile_yaml, Language language, const s
   return sha256_hex(text);
 }
 
-std::string current_rootfs_tree(const std::string& rootfs) {
-  char resolved[PATH_MAX];
-  return ::realpath(rootfs.c_str(), resolved) ? std::string(resolved) : rootfs;
-}
+std::string current_rootfs_tree(const std::string& rootfs) { return resolved_or_as_is(rootfs); }
 
 json to_json(const std::vector<PoolEntry>& entries, uint64_t memory_budget) {
   json j;

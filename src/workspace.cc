@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +25,7 @@
 #include "nsbox/cgroup.h"
 #include "nsbox/digest.h"
 #include "nsbox/error.h"
+#include "nsbox/io.h"
 #include "nsbox/mounts.h"
 #include "nsbox/unique_fd.h"
 
@@ -46,8 +46,7 @@ constexpr uint64_t kWorkspaceSpareInodes = 16384;
 std::string temp_base() {
   const char* tmp = std::getenv("TMPDIR");
   const std::string base = tmp && *tmp == '/' ? tmp : "/tmp";
-  char resolved[PATH_MAX];
-  return ::realpath(base.c_str(), resolved) ? std::string(resolved) : base;
+  return resolved_or_as_is(base);
 }
 
 // name in temp_base(), spelt as mountinfo spells it (no "//" for TMPDIR=/).

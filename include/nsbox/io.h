@@ -65,4 +65,8 @@ size_t read_full(int fd, void* buf, size_t size);
 // does unless the caller ignores it (the node and the spawner do).
 void write_full(int fd, std::string_view data, const char* step, const char* object);
 
+// path with its symlinks resolved (realpath), or path as it is when that
+// fails (it does not exist yet, a component cannot be searched).
+std::string resolved_or_as_is(const std::string& path);
+
 }  // namespace nsbox
