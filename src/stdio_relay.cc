@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "nsbox/error.h"
 #include "nsbox/units.h"
@@ -24,24 +26,66 @@ namespace {
 
 const char* stdio_name(int fd) { return fd == 0 ? "standard input" : fd == 1 ? "standard output" : "standard error"; }
 
-// Whether fd's file is one a run must not hold itself: a file or block
-// device (its path, its contents through /proc/self/fd, ftruncate), a named
-// FIFO (its path) and, as input, a terminal (it would read what the
-// operator types while it runs in the background: a sandbox is a session of
-// its own, which the terminal's job control does not reach). fstat failing
-// (a closed fd, which main() never leaves) hands it over as it is.
-bool needs_relay(int fd) {
+// A socket is never handed to a run: a TCP one can be disconnected
+// (connect with AF_UNSPEC) and connected anywhere from the caller's network
+// namespace, a datagram one sends anywhere, and any can be shut down under
+// the caller. A connected stream socket is relayed like a file; what cannot
+// be relayed as a stream is refused.
+void check_relayable_socket(int fd) {
+  int type = 0, listening = 0;
+  socklen_t len = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0)
+    throw SysError("getsockopt SO_TYPE", stdio_name(fd), errno);
+  const std::string what = std::string(stdio_name(fd)) + " is ";
+  const std::string why =
+      ": a run given it would send and connect from nsbox's network namespace, and "
+      "nsbox relays connected stream sockets only; give it a pipe or a file";
+  if (type != SOCK_STREAM)
+    throw UsageError(what + (type == SOCK_DGRAM ? "a datagram socket" : "a socket of a kind") + why);
+  len = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening)
+    throw UsageError(what + "a listening socket" + why);
+  sockaddr_storage peer{};
+  len = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN)
+    throw UsageError(what + "a socket that is not connected" + why);
+}
+
+// What a run gets for stdio fd. kRelay: a pipe that a thread of nsbox copies
+// to or from the caller's file, which the run must not hold itself: a file or
+// block device (its path, its contents through /proc/self/fd, ftruncate), a
+// named FIFO (its path), a socket (see above) and, as input, a terminal (it
+// would read what the operator types while it runs in the background: a
+// sandbox is a session of its own, which the terminal's job control does not
+// reach). kReopen: the same pipe or terminal through a description of its
+// own, so that what the run sets on it (O_NONBLOCK, which Node leaves behind
+// when it is killed) is not the caller's; a terminal opened for writing only.
+// fstat failing (a closed fd, which main() never leaves) hands it over as it is.
+enum class Handling { kAsIs, kRelay, kReopen };
+
+Handling handling_of(int fd) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return false;
+  if (::fstat(fd, &st) != 0) return Handling::kAsIs;
   if (S_ISDIR(st.st_mode))
     throw UsageError(std::string(stdio_name(fd)) +
                      " is a directory: a sandbox given it could reach the host's files through it");
-  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return true;
+  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return Handling::kRelay;
+  if (S_ISSOCK(st.st_mode)) {
+    check_relayable_socket(fd);
+    return Handling::kRelay;
+  }
   if (S_ISFIFO(st.st_mode)) {
     struct statfs fs {};
-    return ::fstatfs(fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;  // named, not a pipe
+    const bool anonymous = ::fstatfs(fd, &fs) == 0 && fs.f_type == PIPEFS_MAGIC;
+    return anonymous ? Handling::kReopen : Handling::kRelay;
   }
-  return fd == 0 && ::isatty(fd);
+  if (::isatty(fd)) return fd == 0 ? Handling::kRelay : Handling::kReopen;
+  return Handling::kAsIs;
+}
+
+bool is_socket(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
 // Whether fds a and b of this process write to one file: one open file
@@ -58,24 +102,19 @@ bool same_file(int a, int b) {
 }  // namespace
 
 StdioRelay::StdioRelay(uint64_t max_output_bytes) : max_output_bytes_(max_output_bytes) {
-  const bool in = needs_relay(0), out = needs_relay(1), err = needs_relay(2);
+  const Handling in = handling_of(0), out = handling_of(1), err = handling_of(2);
   try {
-    if (in) add_lane({0}, true);
-    if (out && err && same_file(1, 2)) {
-      add_lane({1, 2}, false);  // one pipe keeps the two streams in the order written
-    } else {
-      if (out) add_lane({1}, false);
-      if (err) add_lane({2}, false);
-    }
-    // A terminal as stdout or stderr stays one (colours, line buffering),
-    // opened anew for writing only: the caller's description of it is
-    // usually the one its stdin has, open for reading too.
-    const bool tty_out = !out && ::isatty(1), tty_err = !err && ::isatty(2);
-    if (tty_out && tty_err && same_file(1, 2)) {
-      reopen_write_only({1, 2});
-    } else {
-      if (tty_out) reopen_write_only({1});
-      if (tty_err) reopen_write_only({2});
+    if (in == Handling::kRelay) add_lane({0}, true);
+    if (in == Handling::kReopen) reopen({0});
+    for (const Handling how : {Handling::kRelay, Handling::kReopen}) {
+      const bool o = out == how, e = err == how;
+      // One lane or description for 2>&1: the two streams keep the order written.
+      if (o && e && same_file(1, 2)) {
+        how == Handling::kRelay ? add_lane({1, 2}, false) : reopen({1, 2});
+        continue;
+      }
+      if (o) how == Handling::kRelay ? add_lane({1}, false) : reopen({1});
+      if (e) how == Handling::kRelay ? add_lane({2}, false) : reopen({2});
     }
   } catch (...) {
     finish();
@@ -96,7 +135,10 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
   if (::pipe2(ends, O_CLOEXEC) != 0) throw SysError("pipe", std::string("relay of ") + stdio_name(first), errno);
   UniqueFd read_end(ends[0]), write_end(ends[1]);
   UniqueFd& sandbox_end = input ? read_end : write_end;
-  if (input) {
+  lane->socket = is_socket(first);
+  // A socket is received from as it is, without blocking (it cannot be
+  // opened anew): what the run had not read when it ends is consumed.
+  if (input && !lane->socket) {
     // Read from where the caller's offset is, which moves only by what the
     // run read (finish()): a shell loop's next line is not ours.
     lane->start = ::lseek(lane->original.get(), 0, SEEK_CUR);
@@ -146,19 +188,32 @@ void StdioRelay::add_lane(std::vector<int> targets, bool input) {
   });
 }
 
-void StdioRelay::reopen_write_only(std::vector<int> targets) {
+void StdioRelay::reopen(std::vector<int> targets) {
+  const int first = targets.front();
+  const int flags = ::fcntl(first, F_GETFL);
+  if (flags < 0) throw SysError("fcntl F_GETFL", stdio_name(first), errno);
+  const bool terminal = ::isatty(first);
+  // A terminal for writing only: the caller's description is usually its
+  // stdin's too, through which the run would read what the operator types.
+  // A pipe as it was opened (O_DIRECT: packets).
+  const int mode = terminal ? O_WRONLY | O_NOCTTY : (flags & (O_ACCMODE | O_DIRECT));
+  const std::string path = "/proc/self/fd/" + std::to_string(first);
+  UniqueFd own(::open(path.c_str(), mode | O_CLOEXEC));
+  if (!own) {
+    // A pipe of another user, as nsbox runs unprivileged: handed over as it
+    // is (what the run sets on it, the caller sees).
+    if (!terminal && errno == EACCES) return;
+    throw SysError(terminal ? "open for writing only" : "open anew",
+                   std::string(terminal ? "the terminal of " : "the pipe of ") + stdio_name(first), errno);
+  }
   auto lane = std::make_unique<Lane>();
   lane->targets = std::move(targets);
-  const int first = lane->targets.front();
   lane->original.reset(::fcntl(first, F_DUPFD_CLOEXEC, 3));
   if (!lane->original) throw SysError("dup", stdio_name(first), errno);
-  const std::string path = "/proc/self/fd/" + std::to_string(first);
-  UniqueFd write_only(::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC));
-  if (!write_only) throw SysError("open for writing only", std::string("the terminal of ") + stdio_name(first), errno);
   Lane& l = *lane;
   lanes_.push_back(std::move(lane));  // finish() puts the original back
   for (int target : l.targets) {
-    if (::dup2(write_only.get(), target) < 0) throw SysError("dup2", stdio_name(target), errno);
+    if (::dup2(own.get(), target) < 0) throw SysError("dup2", stdio_name(target), errno);
   }
 }
 
@@ -189,14 +244,18 @@ void StdioRelay::pump_output(Lane& lane) {
       if (!wait_for(lane.ours.get(), POLLIN)) return;
       continue;
     }
-    const uint64_t room = max_output_bytes_ - std::min(max_output_bytes_, lane.copied);
+    // A file's cap (its RLIMIT_FSIZE); a socket has none (journald's streams).
+    const uint64_t cap = lane.socket ? std::numeric_limits<uint64_t>::max() : max_output_bytes_;
+    const uint64_t room = cap - std::min(cap, lane.copied);
     size_t length = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
     if (length < static_cast<size_t>(n) && lane.problem.empty())
       lane.problem = lane_name(lane) + ": the run's output past " + format_size(max_output_bytes_) +
                      " (its file size limit) was dropped";
     const int to = lane.writer ? lane.writer.get() : lane.original.get();
     for (size_t done = 0; done < length;) {
-      const ssize_t w = ::write(to, buf + done, length - done);
+      // A socket is never made non-blocking: it is the caller's description.
+      const ssize_t w = lane.socket ? ::send(to, buf + done, length - done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                                    : ::write(to, buf + done, length - done);
       const int err = w < 0 ? errno : EIO;  // before wait_for_room's poll
       if (w < 0 && err == EINTR) continue;
       if (w < 0 && err == EAGAIN && wait_for_room(to)) continue;
@@ -220,9 +279,11 @@ void StdioRelay::pump_input(Lane& lane) {
   for (;;) {
     // A terminal waits for the operator: look before reading, so that
     // finish() is not held up by a read.
-    if (!wait_for(lane.start >= 0 ? lane.original.get() : lane.reader.get(), POLLIN)) return;
-    const ssize_t n = lane.start >= 0 ? ::pread(lane.original.get(), buf, sizeof buf, lane.start + lane.relayed)
-                                      : ::read(lane.reader.get(), buf, sizeof buf);
+    const int from = lane.reader ? lane.reader.get() : lane.original.get();
+    if (!wait_for(from, POLLIN)) return;
+    const ssize_t n = lane.socket       ? ::recv(from, buf, sizeof buf, MSG_DONTWAIT)
+                      : lane.start >= 0 ? ::pread(from, buf, sizeof buf, lane.start + lane.relayed)
+                                        : ::read(from, buf, sizeof buf);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     // EIO: a terminal read from the background (SIGTTIN ignored): its end.
     if (n < 0 && errno != EIO)

@@ -1,14 +1,17 @@
 // `nsbox run` without --json hands the workload nsbox's own stdin, stdout
 // and stderr. A descriptor of a file gives a run more than a stream: the
 // file's host path (readlink /proc/self/fd/1), its earlier contents (opened
-// again through that link, as the sandbox user may read it) and ftruncate.
-// Such a descriptor (a file, a block device, a named FIFO, and a terminal as
-// stdin) is swapped for a pipe that a thread of nsbox copies to or from it;
-// a directory is refused (fchdir to it would open the host's tree to the
-// run). A terminal as stdout or stderr is opened anew for writing only (the
-// caller's description is usually its stdin's too, which the run would read
-// what the operator types through); pipes, sockets and other devices are
-// handed over as they are.
+// again through that link, as the sandbox user may read it) and ftruncate;
+// a socket lets it connect (a TCP one, disconnected with AF_UNSPEC) or send
+// from the caller's network namespace, and shut the caller's stream down.
+// Such a descriptor (a file, a block device, a named FIFO, a connected
+// stream socket, and a terminal as stdin) is swapped for a pipe that a
+// thread of nsbox copies to or from it; a directory, and a socket that is
+// not a connected stream, are refused. An anonymous pipe, and a terminal as
+// stdout or stderr, are opened anew (the terminal for writing only: the
+// caller's description is usually its stdin's too, through which the run
+// would read what the operator types), so that flags the run sets on them
+// are not the caller's. Other devices are handed over as they are.
 #pragma once
 
 #include <sys/types.h>
@@ -26,11 +29,11 @@ namespace nsbox {
 
 class StdioRelay {
  public:
-  // Swaps each of fds 0, 1 and 2 that names a regular file or a block
-  // device for a pipe. At most max_output_bytes of each output reach its
+  // Swaps each of fds 0, 1 and 2 that needs it for a pipe, or a
+  // description of its own (above). At most max_output_bytes of each output reach its
   // file (the run's RLIMIT_FSIZE, which it no longer meets there); the
-  // rest is read and dropped. Throws UsageError for a directory, SysError
-  // when a pipe cannot be made.
+  // rest is read and dropped. Throws UsageError for a directory or a
+  // socket that cannot be relayed, SysError when a pipe cannot be made.
   explicit StdioRelay(uint64_t max_output_bytes);
   ~StdioRelay();
   StdioRelay(const StdioRelay&) = delete;
@@ -56,13 +59,14 @@ class StdioRelay {
     UniqueFd unread_probe;  // input: a read end, to count what the run left unread
     UniqueFd reader;        // input from a terminal or FIFO: our own non-blocking description
     UniqueFd writer;        // output to a named FIFO: our own non-blocking description
+    bool socket = false;    // the caller's is a connected stream socket (no cap, send/recv)
     std::string problem;
     std::thread thread;
   };
   void add_lane(std::vector<int> targets, bool input);
-  // No thread: the targets get a description of the same terminal that is
-  // open for writing only.
-  void reopen_write_only(std::vector<int> targets);
+  // No thread: the targets get a description of their own of the same
+  // pipe, or of the same terminal open for writing only.
+  void reopen(std::vector<int> targets);
   void pump_output(Lane& lane);
   void pump_input(Lane& lane);
   // Waits up to 100 ms for events on fd; false once finish() has begun

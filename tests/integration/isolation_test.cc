@@ -1,6 +1,8 @@
 // What a workload sees of the host: nothing it was not given.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
 #include <sched.h>
@@ -8,6 +10,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -484,6 +487,118 @@ TEST(Isolation, AStdioDirectoryIsRefusedAndOutputPastTheFileSizeLimitDropped) {
   EXPECT_NE(slurp(err_path).find("standard output: the run's output past 1MiB (its file size limit) was dropped"),
             std::string::npos)
       << slurp(err_path);
+}
+
+// What a run sets on a pipe it was given as stdio (O_NONBLOCK: Node sets it
+// and, killed at a limit, never puts it back) is its own description's: the
+// caller's ends stay as they were, and its next reader or writer (head, a
+// `while read` loop) does not fail with EAGAIN. The pipe is still the
+// caller's: what the run does not read stays in it.
+TEST(Isolation, WhatARunSetsOnTheCallersPipesStaysWithTheRun) {
+  int in[2], out[2];
+  ASSERT_EQ(::pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+  UniqueFd in_read(in[0]), in_write(in[1]), out_read(out[0]), out_write(out[1]);
+  ASSERT_EQ(::write(in_write.get(), "1\n2\n", 4), 4);
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "python3", "-c",
+                            "import os\nos.set_blocking(0, False)\nos.set_blocking(1, False)\n"
+                            "line = b''\nwhile not line.endswith(b'\\n'): line += os.read(0, 1)\n"
+                            "os.write(1, b'got ' + line + os.readlink('/proc/self/fd/1').encode() + b'\\n')"},
+                           in_read.get(), out_write.get(), -1),
+            0);
+  EXPECT_FALSE(::fcntl(in_read.get(), F_GETFL) & O_NONBLOCK) << "the caller's stdin turned non-blocking";
+  EXPECT_FALSE(::fcntl(out_write.get(), F_GETFL) & O_NONBLOCK) << "the caller's stdout turned non-blocking";
+  out_write.reset();
+  std::string seen;
+  char buf[256];
+  for (ssize_t n; (n = ::read(out_read.get(), buf, sizeof buf)) > 0;) seen.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(seen.rfind("got 1\npipe:", 0), 0u) << seen;
+  char rest[8] = {};
+  EXPECT_EQ(::read(in_read.get(), rest, sizeof rest), 2);
+  EXPECT_STREQ(rest, "2\n") << "the run took more than it read";
+}
+
+// A socket as stdio reaches a run as a pipe that nsbox copies: given the
+// caller's TCP connection, a run could disconnect it (connect with
+// AF_UNSPEC) and connect it anywhere from the caller's network namespace,
+// whatever its profile says, or shut it down under the caller.
+TEST(Isolation, ACallersSocketReachesARunAsAStreamOnly) {
+  auto listener = [](uint16_t& port) {
+    UniqueFd l(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(l.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(l.get(), 4) != 0 ||
+        ::getsockname(l.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      return UniqueFd();
+    port = ntohs(a.sin_port);
+    return l;
+  };
+  uint16_t port = 0, elsewhere_port = 0;
+  UniqueFd server = listener(port), elsewhere = listener(elsewhere_port);
+  ASSERT_TRUE(server && elsewhere);
+  UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(port);
+  ASSERT_EQ(::connect(client.get(), reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  UniqueFd conn(::accept4(server.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(conn);
+  ASSERT_EQ(::send(client.get(), "ping\n", 5, MSG_NOSIGNAL), 5);
+  const std::string code = R"(import ctypes, os, socket, struct, sys
+line = sys.stdin.readline().strip()
+print('got', line, os.readlink('/proc/self/fd/0')[:5], os.readlink('/proc/self/fd/1')[:5], flush=True)
+libc = ctypes.CDLL(None, use_errno=True)
+unspec = struct.pack('H14x', 0)
+target = struct.pack('=H', socket.AF_INET) + struct.pack('!H4s8x', )" +
+                           std::to_string(elsewhere_port) + R"(, socket.inet_aton('127.0.0.1'))
+for fd in (0, 1):
+    libc.connect(fd, unspec, len(unspec))
+    libc.connect(fd, target, len(target))
+    libc.shutdown(fd, socket.SHUT_RDWR)
+sys.stderr.write('done\n'))";
+  TempDir dir;
+  const std::string err_path = dir.path() + "/err";
+  UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "python3", "-c", code}, conn.get(), conn.get(), err.get()), 0);
+  EXPECT_EQ(slurp(err_path), "done\n");
+  pollfd p{elsewhere.get(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the run connected from the caller's network namespace";
+  // Still the caller's, still connected, in both directions.
+  ASSERT_EQ(::send(conn.get(), "after\n", 6, MSG_NOSIGNAL), 6) << std::strerror(errno);
+  ASSERT_EQ(::shutdown(conn.get(), SHUT_WR), 0);
+  std::string seen;
+  char buf[256];
+  for (ssize_t n; (n = ::recv(client.get(), buf, sizeof buf, 0)) > 0;) seen.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(seen, "got ping pipe: pipe:\nafter\n");
+}
+
+TEST(Isolation, SocketsThatCannotBeRelayedAsStreamsAreRefused) {
+  TempDir dir;
+  const std::string err_path = dir.path() + "/err";
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd datagram(pair[0]), peer(pair[1]);
+  UniqueFd listening(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listening.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listening.get(), 1), 0);
+  UniqueFd unconnected(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const struct {
+    int in, out;
+    const char* said;
+  } cases[] = {{-1, datagram.get(), "standard output is a datagram socket: "},
+               {listening.get(), -1, "standard input is a listening socket: "},
+               {unconnected.get(), -1, "standard input is a socket that is not connected: "}};
+  for (const auto& c : cases) {
+    UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    EXPECT_EQ(run_cli_on_fds({"run", "--", "true"}, c.in, c.out, err.get()), 2) << c.said;
+    EXPECT_NE(slurp(err_path).find(c.said), std::string::npos) << slurp(err_path);
+  }
 }
 
 TEST(Isolation, TerminalInjectionIoctlIsDenied) {
