@@ -23,6 +23,7 @@
 #include <seccomp.h>
 
 #include <set>
+#include <thread>
 
 #include "fixture.h"
 #include "node_process.h"
@@ -573,6 +574,28 @@ sys.stderr.write('done\n'))";
   char buf[256];
   for (ssize_t n; (n = ::recv(client.get(), buf, sizeof buf, 0)) > 0;) seen.append(buf, static_cast<size_t>(n));
   EXPECT_EQ(seen, "got ping pipe: pipe:\nafter\n");
+}
+
+// The file-size cap is a file's (the run's RLIMIT_FSIZE no longer meets
+// it): a socket's stream, journald's for one, takes all the run writes.
+TEST(Isolation, OutputRelayedToASocketHasNoFileSizeCap) {
+  TempDir dir;
+  const std::string profile = dir.write("small.yaml", "name: small\nextends: default\nlimits:\n  file_size: 1MiB\n");
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd ours(pair[0]), theirs(pair[1]);
+  size_t received = 0;
+  std::thread reader([&] {
+    char buf[65536];
+    for (ssize_t n; (n = ::recv(ours.get(), buf, sizeof buf, 0)) > 0;) received += static_cast<size_t>(n);
+  });
+  const int code = run_cli_on_fds({"run", "--profile", profile, "--", "python3", "-c",
+                                   "import sys\nfor _ in range(3): sys.stdout.write('x' * (1 << 20))"},
+                                  -1, theirs.get(), -1);
+  ::shutdown(theirs.get(), SHUT_WR);
+  reader.join();
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(received, 3u << 20);
 }
 
 TEST(Isolation, SocketsThatCannotBeRelayedAsStreamsAreRefused) {
