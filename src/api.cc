@@ -105,6 +105,33 @@ size_t json_value_count(std::string_view text, size_t limit) {
   return std::min(values, limit + 1);
 }
 
+std::optional<std::string> json_integer_beyond_64_bits(std::string_view text) {
+  std::string token;  // the number being read, outside strings
+  std::optional<std::string> found;
+  auto beyond = [](const std::string& t) {
+    if (t.empty() || t.find_first_of(".eE") != std::string::npos) return false;  // not an integer
+    const bool negative = t[0] == '-';
+    const std::string_view digits = std::string_view(t).substr(negative ? 1 : 0);
+    const std::string_view most = negative ? "9223372036854775808" : "18446744073709551615";
+    return digits.size() > most.size() || (digits.size() == most.size() && digits > most);
+  };
+  auto end_token = [&] {
+    if (beyond(token)) found = token.size() > 40 ? token.substr(0, 40) + "..." : token;
+    token.clear();
+    return !found;
+  };
+  for_each_structural(text, [&](char c) {
+    const bool digit = c >= '0' && c <= '9';
+    if (digit || c == '-' || (!token.empty() && (c == '.' || c == 'e' || c == 'E' || c == '+'))) {
+      token += c;
+      return true;
+    }
+    return end_token();
+  });
+  if (!found) end_token();
+  return found;
+}
+
 namespace {
 
 // The code unit of the \uXXXX escape at text[i] (text[i] is the backslash),
@@ -164,6 +191,8 @@ ParsedJson parse_untrusted_json(std::string_view text) {
         "too large: more than " + std::to_string(kMaxJsonValues) + " values (array elements and object members)";
   } else if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
     parsed.error = "not valid JSON: a NUL byte at offset " + std::to_string(nul);
+  } else if (const auto integer = json_integer_beyond_64_bits(text)) {
+    parsed.error = "out of range: the integer " + *integer + " " + kBeyond64Bits + "; send it as a string";
   } else {
     // A key twice in one object: nlohmann keeps the last, a gateway in
     // front may check the first. Refused rather than read either way.

@@ -45,20 +45,6 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
 }
 
-// Whether text fails to parse because a number in it is beyond a double's
-// range (Python's json writes an int of about 309 digits or more as it is;
-// nlohmann cannot hold it).
-bool holds_a_number_out_of_range(const std::string& text) {
-  try {
-    const auto value = nlohmann::ordered_json::parse(text);
-    (void)value;
-  } catch (const nlohmann::ordered_json::out_of_range& e) {
-    return e.id == 406;  // "number overflow parsing"
-  } catch (const nlohmann::ordered_json::exception&) {
-  }
-  return false;
-}
-
 // The runner's result, validated: user code shares the runner's process and
 // can write to fd 3, so nothing is trusted beyond its shape.
 bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& out) {
@@ -83,17 +69,16 @@ bool parse_runner_result(const Result& run, uint64_t result_bytes, ExecOutcome& 
                 " values (array elements and object members)";
     return true;
   }
-  auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
-  // Lone surrogates have no UTF-8 form: they come back as U+FFFD.
-  if (j.is_discarded()) j = nlohmann::ordered_json::parse(replace_lone_surrogate_escapes(run.fd3_data), nullptr, false);
-  if (j.is_discarded() && holds_a_number_out_of_range(replace_lone_surrogate_escapes(run.fd3_data))) {
+  if (const auto integer = json_integer_beyond_64_bits(run.fd3_data)) {
     out.status = "error";
     out.error_type = "serialization";
     out.error =
-        "the return value holds a number beyond the range JSON numbers are read in (about 1.8e308; "
-        "an integer of about 309 digits or more): return it as a string";
+        "the return value holds the integer " + *integer + ", which " + kBeyond64Bits + ": return it as a string";
     return true;
   }
+  auto j = nlohmann::ordered_json::parse(run.fd3_data, nullptr, false);
+  // Lone surrogates have no UTF-8 form: they come back as U+FFFD.
+  if (j.is_discarded()) j = nlohmann::ordered_json::parse(replace_lone_surrogate_escapes(run.fd3_data), nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.size() != std::size(kResultKeys)) return false;
   for (const char* key : kResultKeys)
     if (!j.contains(key)) return false;

@@ -35,6 +35,14 @@ constexpr size_t kMaxJsonValues = 1000000;
 // validator.
 size_t json_value_count(std::string_view text, size_t limit = kMaxJsonValues);
 
+// The first integer in JSON text (strings skipped) outside what nlohmann
+// holds as an integer, -2^63 to 2^64-1, cut to 40 digits; nullopt when
+// there is none. Parsed, such an integer would silently become a double
+// (Python's json reads and writes it exactly). Not a validator.
+std::optional<std::string> json_integer_beyond_64_bits(std::string_view text);
+inline constexpr const char* kBeyond64Bits =
+    "is beyond the 64 bits nsbox carries exactly (-2^63 to 2^64-1) and would become a float";
+
 // text with every \uXXXX escape of a lone UTF-16 surrogate (one not in a
 // high-low pair) replaced by \ufffd. The runners write such strings this
 // way (Python "\udcff", JavaScript String.fromCharCode(0xd800)); a JSON

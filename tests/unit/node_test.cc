@@ -359,6 +359,23 @@ TEST(JsonNestingDepth, CountsArraysAndObjectsOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("[[]][[]]"), 2u);
 }
 
+// Python's json carries any integer; nlohmann holds -2^63..2^64-1 as
+// integers and turns anything wider into a double, silently.
+TEST(JsonIntegerBeyond64Bits, FindsTheIntegersNlohmannWouldTurnIntoFloats) {
+  EXPECT_EQ(json_integer_beyond_64_bits("18446744073709551615"), std::nullopt);
+  EXPECT_EQ(json_integer_beyond_64_bits("18446744073709551616"), "18446744073709551616");
+  EXPECT_EQ(json_integer_beyond_64_bits("[-9223372036854775808]"), std::nullopt);
+  EXPECT_EQ(json_integer_beyond_64_bits("[-9223372036854775809]"), "-9223372036854775809");
+  EXPECT_EQ(json_integer_beyond_64_bits("99999999999999999999"), "99999999999999999999") << "20 digits";
+  EXPECT_EQ(json_integer_beyond_64_bits(R"({"s": "123456789012345678901234567890", "f": [1.5e300, 1e30, -0.5e-7]})"),
+            std::nullopt)
+      << "strings and floats are carried as they were";
+  EXPECT_EQ(json_integer_beyond_64_bits(R"([true, false, null, 0, -0, 1E5])"), std::nullopt);
+  EXPECT_EQ(json_integer_beyond_64_bits(R"({"a":1,"n":123456789012345678901234567890})"),
+            "123456789012345678901234567890");
+  EXPECT_EQ(json_integer_beyond_64_bits(std::string(400, '9')), std::string(40, '9') + "...");
+}
+
 TEST(JsonValueCount, CountsElementsAndMembersOutsideStrings) {
   EXPECT_EQ(json_value_count("1"), 1u);
   EXPECT_EQ(json_value_count("[]"), 2u) << "an upper bound: the array and room for one element";
@@ -440,6 +457,9 @@ TEST(ParseUntrustedJson, GivesTheDocumentOrWhyNotWithoutThrowing) {
   EXPECT_EQ(parse_untrusted_json(std::string(1001, '[') + std::string(1001, ']')).error,
             "nested deeper than 1000 levels");
   EXPECT_EQ(parse_untrusted_json(std::string(1000, '[') + std::string(1000, ']')).error, "");
+  EXPECT_EQ(parse_untrusted_json(R"({"n": 123456789012345678901234567890})").error,
+            "out of range: the integer 123456789012345678901234567890 is beyond the 64 bits nsbox carries exactly "
+            "(-2^63 to 2^64-1) and would become a float; send it as a string");
   // nlohmann's own reasons, without its "[json.exception...] " prefix.
   EXPECT_EQ(parse_untrusted_json("1e999").error.rfind("not valid JSON: number overflow", 0), 0u);
   const std::string syntax = parse_untrusted_json("{").error;
