@@ -878,14 +878,17 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   }
   const ListenerConfig& listener = cfg.listeners[li];
   DecodedRequest decoded = decode_run_request(body, listener.language, native);
+  // The platform answers an unknown language and empty code with 200 and
+  // shapes of their own; /v1/runs, whose 200 is a full result, with a 400.
   if (!decoded.request) {
-    // The platform answers an unknown language with 200 and this shape.
-    if (decoded.unsupported_language)
+    if (decoded.unsupported_language && !native)
       return refuse_as_the_platform(req, res, tenant, decoded.error, unsupported_language_answer(decoded.error));
     return reject(req, res, "bad_request", 400, decoded.error, tenant);
   }
-  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos)
+  if (decoded.request->exec.code.find_first_not_of(" \t\r\n") == std::string::npos) {
+    if (native) return reject(req, res, "bad_request", 400, "No code provided.", tenant);
     return refuse_as_the_platform(req, res, tenant, "No code provided.", error_body("No code provided."));
+  }
   // No run without its record: a log the disk no longer takes stops runs
   // (a quick look here; its run_started line below decides).
   if (auto log = audit(); !log->writable()) return refuse_unaudited(req, res, *log, tenant);
@@ -951,10 +954,12 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // Built before the audit record, which says how much of it there is.
-  int status = 200;
+  // A run that got no sandbox is the node's failure, not the code's: a 500
+  // on both APIs, so that a gateway retries it elsewhere (the platform's
+  // 200 is for user errors and timeouts).
+  const int status = result.value("error_type", json(nullptr)) == "sandbox" ? 500 : 200;
   std::string answer;
   if (native) {
-    if (result.value("error_type", json(nullptr)) == "sandbox") status = 500;
     result["run_id"] = job.run_id;
     result["tenant"] = tenant->name;
     answer = result.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -264,6 +264,7 @@ TEST(NodeLifecycle, RunsThatGetNoSandboxTurnHealthDegradedUntilOneGetsOne) {
     auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
     ASSERT_TRUE(r);
     EXPECT_NE(r->body.find("The sandbox could not be started"), std::string::npos) << r->body;
+    EXPECT_EQ(r->status, 500) << "the node's failure, not the code's: a gateway retries it elsewhere";
     if (i < SandboxHealth::kFailuresInARow) {
       EXPECT_EQ(health().substr(0, 3), "200") << i;
     }

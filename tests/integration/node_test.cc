@@ -148,6 +148,14 @@ TEST_F(Node, MalformedRequestsAre400WithWhatIsWrong) {
   r = post(c, "/run", R"({"inputs": {}})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"No code provided.\"}");
+  // /v1/runs answers 200 only with a full result: these are 400s there.
+  for (const auto& [body, error] : {std::pair{R"({"code": "x", "language": "ruby"})", "Unsupported language: ruby"},
+                                    std::pair{R"({"code": " ", "inputs": {}})", "No code provided."}}) {
+    r = post(c, "/v1/runs", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body;
+    EXPECT_EQ(r->body, "{\"return\": null, \"error\": \"" + std::string(error) + "\"}") << body;
+  }
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->body, "{\"status\": \"ok\"}");
