@@ -87,6 +87,12 @@ std::string check_token(const Field& at, std::string token, const std::string& w
       at.fail((where.empty() ? "a token" : "the token in " + where) +
               " may only contain visible ASCII characters: character " + std::to_string(i + 1) + " of " +
               std::to_string(token.size()) + " is " + describe_bad_token_byte(c));
+    // The node refuses a % in an Authorization header (a proxy in front may
+    // read it percent-decoded): such a token could never be sent.
+    if (c == '%')
+      at.fail((where.empty() ? "a token" : "the token in " + where) + " may not contain %: character " +
+              std::to_string(i + 1) + " of " + std::to_string(token.size()) +
+              " is one, and the node refuses a % in an Authorization header");
   }
   return token;
 }

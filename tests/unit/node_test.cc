@@ -181,6 +181,10 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {"tenants:\n  - {name: a, token: 0123456789abcdef0, profile: default}\nmetrics: {token: 0123456789abcdef0}\n",
        "the metrics token is a tenant's token: a tenant would read every tenant's figures"},
       {std::string(kMinimal) + "metrics: {token: short}\n", "metrics.token: a token must have 16 to 4096 characters"},
+      {"tenants:\n  - {name: a, token: 'abc%41def0123456789', profile: default}\n",
+       "node.yaml:2:22: tenants[0].token: a token may not contain %: character 4 of 19 is one, and the node refuses a "
+       "% "
+       "in an Authorization header"},
   };
   for (const auto& tc : cases) {
     std::string e = load_error(tc.text);
