@@ -211,7 +211,16 @@ ParsedJson parse_untrusted_json(std::string_view text) {
       return true;
     };
     try {
-      parsed.value = json::parse(text.begin(), text.end(), note_keys);
+      try {
+        parsed.value = json::parse(text.begin(), text.end(), note_keys);
+      } catch (const nlohmann::json::parse_error& e) {
+        // A lone UTF-16 surrogate (\ud800) has no UTF-8 form; Python's and
+        // JavaScript's parsers take it, so it arrives as U+FFFD instead.
+        const std::string mended = replace_lone_surrogate_escapes(text);
+        if (std::string_view(e.what()).find("surrogate") == std::string_view::npos || mended == text) throw;
+        keys.clear();
+        parsed.value = json::parse(mended, note_keys);
+      }
       if (twice) {
         parsed.value = nullptr;
         parsed.error = "ambiguous: " + *twice + " appears twice in one object";

@@ -461,6 +461,15 @@ TEST(ParseUntrustedJson, GivesTheDocumentOrWhyNotWithoutThrowing) {
   EXPECT_EQ(parse_untrusted_json(std::string(1001, '[') + std::string(1001, ']')).error,
             "nested deeper than 1000 levels");
   EXPECT_EQ(parse_untrusted_json(std::string(1000, '[') + std::string(1000, ']')).error, "");
+  // Python's and JavaScript's parsers take a lone surrogate: it arrives as U+FFFD.
+  const ParsedJson lone = parse_untrusted_json(R"({"s": "a\ud800b", "t": "\ud83d\ude00"})");
+  EXPECT_EQ(lone.error, "");
+  EXPECT_EQ(lone.value.dump(),
+            "{\"s\":\"a\xEF\xBF\xBD"
+            "b\",\"t\":\"\xF0\x9F\x98\x80\"}");
+  EXPECT_EQ(parse_untrusted_json(R"({"a": 1, "a": "\ud800"})").error,
+            "ambiguous: the key \"a\" appears twice in one object")
+      << "the second reading still refuses a key twice";
   EXPECT_EQ(parse_untrusted_json(R"({"n": 123456789012345678901234567890})").error,
             "out of range: the integer 123456789012345678901234567890 is beyond the 64 bits nsbox carries exactly "
             "(-2^63 to 2^64-1) and would become a float; send it as a string");
