@@ -131,7 +131,13 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
     case RunStatus::kExitNonzero:
       out.status = "error";
       out.error_type = "runner";
-      out.error = "The code exited (status " + std::to_string(run.exit_code) + ") without returning a result";
+      // fd 3 is the runner's, but the code shares its process: bytes there
+      // that are not one result mean the code wrote to it too.
+      out.error = run.fd3_data.empty()
+                      ? "The code exited (status " + std::to_string(run.exit_code) + ") without returning a result"
+                      : "The code exited (status " + std::to_string(run.exit_code) +
+                            ") and what reached the result channel (fd 3) was not one result: the code may have "
+                            "written to fd 3";
       return;
   }
 }
