@@ -323,8 +323,12 @@ Refusal header_refusal(const httplib::Request& req, uint64_t body_limit, bool cl
             "Transfer-Encoding \"" + req.get_header_value("Transfer-Encoding").substr(0, 40) +
                 "\" is not supported: send chunked or a Content-Length"};
   const bool has_body = encodings || length.find_first_not_of('0') != std::string::npos;
-  if (has_body && !takes_a_body(req))
+  if (has_body && !takes_a_body(req)) {
+    // A mistyped path (POST /run/, a wrong base URL) is named as such.
+    if (req.path != "/health" && req.path != "/metrics")
+      return {404, "not_found", std::string(status_message(404)) + ": " + req.path.substr(0, 100) + " is none of them"};
     return {400, "bad_request", "a " + req.method + " " + req.path.substr(0, 100) + " request has no body here"};
+  }
   if (req.method == "POST" && !lengths && !encodings)
     return {411, "bad_request", "a POST needs a Content-Length or chunked encoding"};
   if (req.has_header("Range")) return {400, "bad_request", "a Range header is not supported here"};
@@ -1041,6 +1045,11 @@ std::unique_ptr<httplib::Server> Node::make_server(size_t li) {
     if (res.status == 413) {        // a Content-Length past what the servers read
       return reject(req, res, "too_large", 413, too_large_message(body_limit_now(*config())));
     }
+    // GET /run: the path is right, the method is not.
+    if (res.status == 404 && (req.path == "/run" || req.path == "/v1/runs")) {
+      res.set_header("Allow", "POST");
+      return reject(req, res, "bad_request", 405, req.method + " " + req.path + " is not served: send a POST");
+    }
     if (res.status == 404) return reject(req, res, "not_found", 404, status_message(404));
     reply(req, res, res.status, error_body(status_message(res.status)));
   });
@@ -1334,7 +1343,7 @@ int Node::serve(const sigset_t& signals) {
                cfg->max_concurrent, cfg->queue_depth);
   audit()->write(config_record("node_started", *cfg));
   if (cfg->audit_log.empty()) spdlog::warn("no audit_log in the config: runs and refusals are not audited");
-  for (const auto& w : exposure_warnings(*cfg)) spdlog::warn("{}", w);
+  for (const auto& w : config_warnings(*cfg)) spdlog::warn("{}", w);
   notify_service_manager("READY=1\n" + serving_status(*cfg));
   for (;;) {
     siginfo_t info;

@@ -376,7 +376,7 @@ const TenantConfig* NodeConfig::anonymous_tenant(const ListenerConfig& listener)
   return name.empty() ? nullptr : tenant(name);
 }
 
-std::vector<std::string> exposure_warnings(const NodeConfig& c) {
+std::vector<std::string> config_warnings(const NodeConfig& c) {
   std::vector<std::string> out;
   bool exposed = false;
   for (const auto& l : c.listeners) {
@@ -391,6 +391,15 @@ std::vector<std::string> exposure_warnings(const NodeConfig& c) {
     out.push_back(
         "/metrics answers anyone who can reach a listener that is not loopback (every tenant's figures); "
         "set metrics.token");
+  // The fork server is started by the warm pool: without one, it never is.
+  std::string forking;
+  for (const auto& t : c.tenants)
+    if (c.pool_size == 0 && (forks(t.profile, Language::kPython) || forks(t.profile, Language::kJavaScript)))
+      forking += (forking.empty() ? "" : ", ") + t.name;
+  if (!forking.empty())
+    out.push_back("tenants " + forking +
+                  " have fork_server in their profiles, but limits.pool_size is 0: no fork server is started and "
+                  "their runs start cold; set pool_size to 1 or more");
   return out;
 }
 

@@ -50,7 +50,7 @@ void print_summary(const nsbox::NodeConfig& c) {
               << (t.max_requests ? " max_requests=" + std::to_string(t.max_requests) : std::string()) << "\n";
   std::cout << "  max_concurrent " << c.max_concurrent << ", queue_depth " << c.queue_depth << "\n";
   std::cout << "  metrics token=" << (c.metrics_token.empty() ? "none (/metrics answers anyone)" : "set") << "\n";
-  for (const auto& w : nsbox::exposure_warnings(c)) std::cout << "  warning: " << w << "\n";
+  for (const auto& w : nsbox::config_warnings(c)) std::cout << "  warning: " << w << "\n";
 }
 
 }  // namespace

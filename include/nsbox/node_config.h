@@ -68,11 +68,12 @@ struct NodeConfig {
   const TenantConfig* anonymous_tenant(const ListenerConfig& listener) const;
 };
 
-// What a config opens to anyone who can reach a listener that is not a
-// loopback address: code run without a token (an anonymous tenant there)
-// and /metrics without a token. One line each, for `serve --check` and the
-// node's start; empty when every such listener asks for a token.
-std::vector<std::string> exposure_warnings(const NodeConfig& c);
+// What a config does that its writer may not mean: what it opens to
+// anyone who can reach a listener that is not a loopback address (code run
+// without a token, an anonymous tenant there; /metrics without a token),
+// and fork_server in a tenant's profile with no warm pool to start it. One
+// line each, for `serve --check` and the node's start.
+std::vector<std::string> config_warnings(const NodeConfig& c);
 
 // "127.0.0.1:8080", "[::1]:5001", "localhost" refused (an address, not a name).
 ListenerConfig parse_listen_address(const std::string& text);

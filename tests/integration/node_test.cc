@@ -477,9 +477,20 @@ TEST_F(Node, ABodyForAnythingButARunIsRefusedUnread) {
   for (int i = 0; i < 8; ++i) chunks += chunk;
   const std::string answers = send_raw_until_closed(
       node_.port(), "POST /nope HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", chunks);
-  EXPECT_EQ(answers.rfind("HTTP/1.1 400", 0), 0u) << answers.substr(0, 300);
-  EXPECT_NE(answers.find("{\"return\": null, \"error\": \"a POST /nope request has no body here\"}"), std::string::npos)
-      << answers.substr(0, 300);
+  EXPECT_EQ(answers.rfind("HTTP/1.1 404", 0), 0u) << answers.substr(0, 300);
+  EXPECT_NE(answers.find("{\"return\": null, \"error\": \"not found: the node serves POST /run, POST /v1/runs, GET "
+                         "/health and GET /metrics: /nope is none of them\"}"),
+            std::string::npos)
+      << "a mistyped path is named as such: " << answers.substr(0, 300);
+  const std::string health = send_raw_until_closed(
+      node_.port(), "POST /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", chunks);
+  EXPECT_EQ(health.rfind("HTTP/1.1 400", 0), 0u) << health.substr(0, 300);
+  EXPECT_NE(health.find("a POST /health request has no body here"), std::string::npos) << health.substr(0, 300);
+  // The path is right, the method is not.
+  const std::string get_run = send_raw(node_.port(), "GET /run HTTP/1.1\r\nHost: x\r\n\r\n", 5);
+  EXPECT_EQ(get_run.rfind("HTTP/1.1 405", 0), 0u) << get_run.substr(0, 300);
+  EXPECT_NE(get_run.find("Allow: POST\r\n"), std::string::npos) << get_run.substr(0, 300);
+  EXPECT_NE(get_run.find("GET /run is not served: send a POST"), std::string::npos) << get_run.substr(0, 300);
 }
 
 TEST_F(Node, MethodsTheNodeDoesNotServeAre405WithoutReadingABody) {

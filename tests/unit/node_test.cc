@@ -210,19 +210,33 @@ TEST(NodeConfig, ListenersOnOnePortWithDistinctAddressesAreFine) {
 
 TEST(NodeConfig, WhatAListenerBeyondLoopbackOpensToAnyoneIsWarnedOf) {
   const std::string tenants = "default_tenant: public\n" + std::string(kMinimal);
-  EXPECT_TRUE(
-      exposure_warnings(load("listeners:\n  - address: 127.0.0.2:1\n  - address: '[::1]:1'\n" + tenants)).empty())
+  EXPECT_TRUE(config_warnings(load("listeners:\n  - address: 127.0.0.2:1\n  - address: '[::1]:1'\n" + tenants)).empty())
       << "loopback only";
-  EXPECT_EQ(exposure_warnings(load("listeners:\n  - address: 0.0.0.0:1\n  - address: 127.0.0.1:2\n" + tenants)),
+  EXPECT_EQ(config_warnings(load("listeners:\n  - address: 0.0.0.0:1\n  - address: 127.0.0.1:2\n" + tenants)),
             (std::vector<std::string>{"listener 0.0.0.0:1 runs code as tenant public for anyone who can reach it, "
                                       "without a token",
                                       "/metrics answers anyone who can reach a listener that is not loopback (every "
                                       "tenant's figures); set metrics.token"}));
-  EXPECT_TRUE(exposure_warnings(load("listeners:\n  - address: '[::]:1'\n" +
-                                     std::string("tenants:\n  - {name: a, token: a-token-0123456789abcdef, profile: "
-                                                 "default}\nmetrics: {token: metrics-token-0123456789}\n")))
+  EXPECT_TRUE(config_warnings(load("listeners:\n  - address: '[::]:1'\n" +
+                                   std::string("tenants:\n  - {name: a, token: a-token-0123456789abcdef, profile: "
+                                               "default}\nmetrics: {token: metrics-token-0123456789}\n")))
                   .empty())
       << "a token is asked for everything";
+}
+
+// The warm pool starts the fork server: a profile asking for one on a node
+// without a pool got cold runs, and --check said nothing.
+TEST(NodeConfig, AForkServerWithoutAWarmPoolIsWarnedOf) {
+  const std::string dir = ::testing::TempDir() + "/nsbox-fork-warning";
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir + "/forky.yaml") << "name: forky\nextends: default\nfork_server: [python]\n"; }
+  const std::string tenants = "tenants:\n  - {name: a, token: a-token-0123456789abcdef, profile: " + dir +
+                              "/forky.yaml}\n  - {name: b, token: b-token-0123456789abcdef, profile: default}\n";
+  EXPECT_EQ(config_warnings(load(tenants)),
+            (std::vector<std::string>{"tenants a have fork_server in their profiles, but limits.pool_size is 0: no "
+                                      "fork server is started and their runs start cold; set pool_size to 1 or more"}));
+  EXPECT_TRUE(config_warnings(load(tenants + "limits:\n  pool_size: 1\n")).empty());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(NodeConfig, InputThatMadeYamlCppLoopIsRefused) {
