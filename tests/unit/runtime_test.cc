@@ -69,18 +69,26 @@ TEST(Outcome, AResultOfMoreThanAMillionValuesIsASerializationErrorNotParsed) {
 }
 
 // Python's json writes return 10**400 as its 401 digits; no double holds it.
-TEST(Outcome, ANumberBeyondADoublesRangeIsASerializationErrorThatSaysSo) {
+// Python's ints are unbounded; nlohmann reads one past 64 bits as a double
+// (10**300 came back as 1e+300, 2**64 + 1 lost its last digits) or not at
+// all (past 1.8e308): either is a serialization error that says so.
+TEST(Outcome, AnIntegerBeyond64BitsIsASerializationErrorThatSaysSo) {
   const std::string big = "1" + std::string(400, '0');
   const ExecOutcome o =
       outcome_of(RunSpec{}, wrote_result(R"({"return":[1, )" + big + R"(],"error":null,"error_type":null})"));
   EXPECT_EQ(o.status, "error");
   EXPECT_EQ(o.error_type, "serialization");
-  EXPECT_NE(o.error.value_or("").find("a number beyond the range JSON numbers are read in"), std::string::npos)
-      << o.error.value_or("");
-  // Within the range it is read, as a double: 10**300.
+  EXPECT_EQ(o.error.value_or(""), "the return value holds the integer 1" + std::string(39, '0') +
+                                      "..., which is beyond the 64 bits nsbox carries exactly (-2^63 to 2^64-1) and "
+                                      "would become a float: return it as a string");
+  EXPECT_EQ(outcome_of(RunSpec{}, wrote_result(R"({"return":18446744073709551617,"error":null,"error_type":null})"))
+                .error_type,
+            "serialization");
+  // A float in range is read as it is: Python writes 1e300 so.
   const ExecOutcome fine = outcome_of(
-      RunSpec{}, wrote_result(R"({"return":1)" + std::string(300, '0') + R"(,"error":null,"error_type":null})"));
+      RunSpec{}, wrote_result(R"({"return":[1e+300, 18446744073709551615],"error":null,"error_type":null})"));
   EXPECT_EQ(fine.status, "ok") << fine.error.value_or("");
+  EXPECT_EQ(fine.return_value.dump(), "[1e+300,18446744073709551615]");
   // With a lone surrogate beside it (which is read as U+FFFD) too.
   EXPECT_EQ(
       outcome_of(RunSpec{}, wrote_result(R"({"return":["\ud800", )" + big + R"(],"error":null,"error_type":null})"))
