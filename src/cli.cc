@@ -1,8 +1,10 @@
 #include "nsbox/cli.h"
 
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -256,6 +258,39 @@ void check_cgroup_parent(const RunSpec& spec, const std::string& parent) {
     throw UsageError("--cgroup-parent " + problem);
 }
 
+// When nsbox stops waiting for a reader of its output that takes no more
+// (a socket's peer, a FIFO's reader that stopped reading): readable on a
+// termination signal, at the run's time limit counted from its start, or
+// at once after a run that a limit ended. Had the run held the caller's
+// stream itself, it would have been killed at its limit while blocked.
+class OutputDeadline {
+ public:
+  OutputDeadline(int cancel_fd, std::chrono::nanoseconds wall_time)
+      : either_(::epoll_create1(EPOLL_CLOEXEC)), timer_(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC)) {
+    if (!either_ || !timer_) throw SysError("epoll/timerfd", "output deadline", errno);
+    arm(wall_time);
+    for (int fd : {cancel_fd, timer_.get()}) {
+      epoll_event e{};
+      e.events = EPOLLIN;
+      e.data.fd = fd;
+      if (::epoll_ctl(either_.get(), EPOLL_CTL_ADD, fd, &e) != 0) throw SysError("epoll_ctl", "output deadline", errno);
+    }
+  }
+  void now() { arm(std::chrono::nanoseconds(1)); }
+  int fd() const { return either_.get(); }
+
+ private:
+  void arm(std::chrono::nanoseconds after) {
+    itimerspec at{};
+    at.it_value.tv_sec = static_cast<time_t>(after.count() / 1000000000);
+    at.it_value.tv_nsec = static_cast<long>(after.count() % 1000000000);
+    if (::timerfd_settime(timer_.get(), 0, &at, nullptr) != 0)
+      throw SysError("timerfd_settime", "output deadline", errno);
+  }
+
+  UniqueFd either_, timer_;
+};
+
 int run_command(const RunOptions& opt) {
   RunSpec spec = spec_from_options(opt.sandbox);
   spec.argv = opt.command;
@@ -269,15 +304,16 @@ int run_command(const RunOptions& opt) {
   for (int sig : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(sig, SIG_IGN);
   std::optional<TerminalModes> terminal;
   std::optional<StdioRelay> relay;
+  std::optional<OutputDeadline> deadline;
   if (!opt.json) {
     terminal.emplace();  // before the relay swaps any of the caller's descriptors
     relay.emplace(spec.limits.file_size);
+    deadline.emplace(cancel.get(), spec.limits.wall_time);
   }
   Result result = launcher.run(spec, cancel.get());
   if (relay) {
-    // A termination signal (cancel stays readable) ends waiting for a
-    // reader of nsbox's output that stopped reading.
-    for (auto& problem : relay->finish(cancel.get())) result.warnings.push_back(std::move(problem));
+    if (result.status != RunStatus::kOk && result.status != RunStatus::kExitNonzero) deadline->now();
+    for (auto& problem : relay->finish(deadline->fd())) result.warnings.push_back(std::move(problem));
     terminal->restore();
   }
   if (opt.json) {

@@ -41,7 +41,12 @@ void check_relayable_socket(int fd) {
       ": a run given it would send and connect from nsbox's network namespace, and "
       "nsbox relays connected stream sockets only; give it a pipe or a file";
   if (type != SOCK_STREAM)
-    throw UsageError(what + (type == SOCK_DGRAM ? "a datagram socket" : "a socket of a kind") + why);
+    throw UsageError(what +
+                     (type == SOCK_DGRAM       ? "a datagram socket"
+                      : type == SOCK_SEQPACKET ? "a packet (SOCK_SEQPACKET) socket"
+                      : type == SOCK_RAW       ? "a raw socket"
+                                               : "a socket of type " + std::to_string(type)) +
+                     why);
   len = sizeof listening;
   if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening)
     throw UsageError(what + "a listening socket" + why);
@@ -193,23 +198,28 @@ void StdioRelay::reopen(std::vector<int> targets) {
   const int flags = ::fcntl(first, F_GETFL);
   if (flags < 0) throw SysError("fcntl F_GETFL", stdio_name(first), errno);
   const bool terminal = ::isatty(first);
-  // A terminal for writing only: the caller's description is usually its
-  // stdin's too, through which the run would read what the operator types.
-  // A pipe as it was opened (O_DIRECT: packets).
-  const int mode = terminal ? O_WRONLY | O_NOCTTY : (flags & (O_ACCMODE | O_DIRECT));
-  const std::string path = "/proc/self/fd/" + std::to_string(first);
-  UniqueFd own(::open(path.c_str(), mode | O_CLOEXEC));
-  if (!own) {
-    // A pipe of another user, as nsbox runs unprivileged: handed over as it
-    // is (what the run sets on it, the caller sees).
-    if (!terminal && errno == EACCES) return;
-    throw SysError(terminal ? "open for writing only" : "open anew",
-                   std::string(terminal ? "the terminal of " : "the pipe of ") + stdio_name(first), errno);
-  }
   auto lane = std::make_unique<Lane>();
   lane->targets = std::move(targets);
   lane->original.reset(::fcntl(first, F_DUPFD_CLOEXEC, 3));
   if (!lane->original) throw SysError("dup", stdio_name(first), errno);
+  // A terminal for writing only: the caller's description is usually its
+  // stdin's too, through which the run would read what the operator types.
+  // A pipe as it was opened.
+  const std::string path = "/proc/self/fd/" + std::to_string(first);
+  UniqueFd own(::open(path.c_str(), (terminal ? O_WRONLY | O_NOCTTY : flags & O_ACCMODE) | O_CLOEXEC));
+  if (!own && !terminal && errno == EACCES) {
+    // A pipe of another user, as nsbox runs unprivileged: handed over as it
+    // is, its flags put back after the run.
+    lane->flags_to_restore = flags;
+    lanes_.push_back(std::move(lane));
+    return;
+  }
+  if (!own)
+    throw SysError(terminal ? "open for writing only" : "open anew",
+                   std::string(terminal ? "the terminal of " : "the pipe of ") + stdio_name(first), errno);
+  // Packet mode (O_DIRECT) cannot be asked of open on a pipe, only set.
+  if ((flags & O_DIRECT) && !terminal && ::fcntl(own.get(), F_SETFL, O_DIRECT) != 0)
+    throw SysError("fcntl O_DIRECT", std::string("the pipe of ") + stdio_name(first), errno);
   Lane& l = *lane;
   lanes_.push_back(std::move(lane));  // finish() puts the original back
   for (int target : l.targets) {
@@ -259,10 +269,18 @@ void StdioRelay::pump_output(Lane& lane) {
       const int err = w < 0 ? errno : EIO;  // before wait_for_room's poll
       if (w < 0 && err == EINTR) continue;
       if (w < 0 && err == EAGAIN && wait_for_room(to)) continue;
+      if (w < 0 && (err == EPIPE || err == ECONNRESET || err == ENOTCONN)) {
+        // The reader is gone: so is the run's end of the lane, and the run's
+        // next write fails (SIGPIPE) as it would have on the caller's.
+        lane.problem = "writing the run's " + lane_name(lane) + ": " + std::strerror(err) + "; the run was told so";
+        lane.ours.reset();
+        return;
+      }
       if (w <= 0) {
         lane.problem =
             "writing the run's " + lane_name(lane) + ": " +
-            (err == EAGAIN ? std::string("nsbox was told to stop and its reader takes no more") : std::strerror(err)) +
+            (err == EAGAIN ? std::string("its reader took no more by the run's time limit, or nsbox was told to stop")
+                           : std::strerror(err)) +
             "; the rest was dropped";
         lane.copied = max_output_bytes_;
         length = done;
@@ -317,6 +335,7 @@ std::vector<std::string> StdioRelay::finish(int give_up_fd) {
   finishing_ = true;
   for (auto& lane : lanes_) {
     if (lane->thread.joinable()) lane->thread.join();
+    if (lane->flags_to_restore >= 0) ::fcntl(lane->original.get(), F_SETFL, lane->flags_to_restore);
     if (!lane->problem.empty()) problems.push_back(lane->problem);
     if (lane->input && lane->start >= 0) {
       // What the run did not read is still in the pipe: the caller's

@@ -41,8 +41,9 @@ class StdioRelay {
 
   // Puts the original descriptors back and waits until what the run wrote
   // has reached them, or, once give_up_fd is readable (nsbox was told to
-  // stop), only as long as they take it without waiting: a FIFO whose
-  // reader stopped reading would otherwise hold nsbox for good. Returns
+  // stop, or the run's time is up), only as long as they take it without
+  // waiting: a FIFO or socket whose reader stopped reading would otherwise
+  // hold nsbox for good. Returns
   // what went wrong on the way (a full disk, the cap reached, output
   // dropped), one line each.
   std::vector<std::string> finish(int give_up_fd = -1);
@@ -53,13 +54,14 @@ class StdioRelay {
     UniqueFd original;         // the file, as the caller gave it
     UniqueFd ours;             // our end of the pipe (non-blocking)
     bool input = false;
-    uint64_t copied = 0;    // output: bytes written to the file
-    off_t start = -1;       // input: the caller's offset at the start (-1: not seekable)
-    off_t relayed = 0;      // input: bytes put into the pipe
-    UniqueFd unread_probe;  // input: a read end, to count what the run left unread
-    UniqueFd reader;        // input from a terminal or FIFO: our own non-blocking description
-    UniqueFd writer;        // output to a named FIFO: our own non-blocking description
-    bool socket = false;    // the caller's is a connected stream socket (no cap, send/recv)
+    uint64_t copied = 0;        // output: bytes written to the file
+    off_t start = -1;           // input: the caller's offset at the start (-1: not seekable)
+    off_t relayed = 0;          // input: bytes put into the pipe
+    UniqueFd unread_probe;      // input: a read end, to count what the run left unread
+    UniqueFd reader;            // input from a terminal or FIFO: our own non-blocking description
+    UniqueFd writer;            // output to a named FIFO: our own non-blocking description
+    bool socket = false;        // the caller's is a connected stream socket (no cap, send/recv)
+    int flags_to_restore = -1;  // a pipe handed over as it is: its file status flags before the run
     std::string problem;
     std::thread thread;
   };

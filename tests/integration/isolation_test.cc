@@ -598,6 +598,121 @@ TEST(Isolation, OutputRelayedToASocketHasNoFileSizeCap) {
   EXPECT_EQ(received, 3u << 20);
 }
 
+// run_cli_on_fds, but nsbox is killed if it has not ended within `seconds`
+// (then -1): a relay that waits for a reader for good must fail the test,
+// not hang it.
+int run_cli_on_fds_within(const std::vector<std::string>& args, int in, int out, int err, int seconds) {
+  std::vector<char*> argv;
+  std::string binary = NSBOX_BINARY;
+  argv.push_back(binary.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (auto [from, to] : {std::pair{in, 0}, std::pair{out, 1}, std::pair{err, 2}})
+      if (from >= 0) ::dup2(from, to);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(126);
+  }
+  for (int i = 0; i < seconds * 50; ++i) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGKILL);
+  wait_cli(pid);
+  return -1;
+}
+
+// A socket's peer that goes away ends the run's writes as it would have
+// had the run held the socket (EPIPE, SIGPIPE), rather than leaving it to
+// write into a relay that drops everything until its time limit.
+TEST(Isolation, ARunIsToldWhenTheReaderOfItsRelayedSocketIsGone) {
+  TempDir dir;
+  const std::string err_path = dir.path() + "/err";
+  UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd peer(pair[0]), theirs(pair[1]);
+  std::thread reader([&] {
+    char buf[10];
+    (void)::recv(peer.get(), buf, sizeof buf, MSG_WAITALL);
+    peer.reset();
+  });
+  const int code = run_cli_on_fds_within({"run", "--timeout", "25", "--", "sh", "-c", "yes; echo \"yes ended $?\" >&2"},
+                                         -1, theirs.get(), err.get(), 50);
+  theirs.reset();  // the reader ends, whatever happened
+  reader.join();
+  EXPECT_EQ(code, 0) << slurp(err_path);
+  EXPECT_NE(slurp(err_path).find("yes ended 141\n"), std::string::npos) << "yes was not told: " << slurp(err_path);
+  EXPECT_NE(slurp(err_path).find("writing the run's standard output: Broken pipe; the run was told so"),
+            std::string::npos)
+      << slurp(err_path);
+}
+
+// A reader that takes nothing more holds nsbox no longer than the run's
+// time limit: had the run held the socket, it would have been killed there.
+TEST(Isolation, AStalledReaderOfARelayedSocketHoldsNsboxOnlyToTheTimeLimit) {
+  TempDir dir;
+  const std::string err_path = dir.path() + "/err";
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd stalled(pair[0]), theirs(pair[1]);
+  // Killed at its limit while writing; and ended by itself with its last
+  // output (less than a pipe holds) still in the relay.
+  for (const auto& [command, want] :
+       {std::pair{"head -c 50000000 /dev/zero", 137}, std::pair{"head -c 50000 /dev/zero", 0}}) {
+    UniqueFd err(::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    EXPECT_EQ(
+        run_cli_on_fds_within({"run", "--timeout", "3", "--", "sh", "-c", command}, -1, theirs.get(), err.get(), 40),
+        want)
+        << command << ": " << slurp(err_path);
+    EXPECT_NE(slurp(err_path).find("its reader took no more by the run's time limit"), std::string::npos)
+        << command << ": " << slurp(err_path);
+  }
+}
+
+// A packet-mode pipe (O_DIRECT) stays one: each write is one read.
+TEST(Isolation, APacketPipeReachesARunAsOne) {
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC | O_DIRECT), 0);
+  UniqueFd read_end(ends[0]), write_end(ends[1]);
+  EXPECT_EQ(run_cli_on_fds({"run", "--", "python3", "-c", "import os\nos.write(1, b'A')\nos.write(1, b'BB')"}, -1,
+                           write_end.get(), -1),
+            0);
+  write_end.reset();
+  char buf[16];
+  EXPECT_EQ(::read(read_end.get(), buf, sizeof buf), 1);
+  EXPECT_EQ(::read(read_end.get(), buf, sizeof buf), 2);
+}
+
+// Run by an ordinary user, nsbox cannot open root's pipe anew: it hands it
+// over and puts its flags back after the run.
+TEST(Isolation, AnUnprivilegedRunsFlagsOnAPipeItCannotReopenArePutBack) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switches to another user";
+  int ends[2];
+  ASSERT_EQ(::pipe2(ends, O_CLOEXEC), 0);
+  UniqueFd read_end(ends[0]), write_end(ends[1]);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(write_end.get(), 1);
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0)
+      ::_exit(99);
+    const std::string root = test_rootfs();
+    ::execl(NSBOX_BINARY, "nsbox", "run", "--best-effort", "--rootfs", root.c_str(), "--", "python3", "-c",
+            "import os\nos.set_blocking(1, False)\nos.write(1, os.readlink('/proc/self/fd/1').encode())",
+            static_cast<char*>(nullptr));
+    ::_exit(98);
+  }
+  EXPECT_EQ(wait_cli(pid), 0);
+  EXPECT_FALSE(::fcntl(write_end.get(), F_GETFL) & O_NONBLOCK) << "the caller's pipe stayed non-blocking";
+  write_end.reset();
+  char buf[64] = {};
+  EXPECT_GT(::read(read_end.get(), buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf).rfind("pipe:", 0), 0u) << buf;
+}
+
 TEST(Isolation, SocketsThatCannotBeRelayedAsStreamsAreRefused) {
   TempDir dir;
   const std::string err_path = dir.path() + "/err";
