@@ -280,9 +280,9 @@ TEST(Isolation, DangerousSyscallsAreDenied) {
 }
 
 // `nsbox run` with its stdio on files, as `nsbox run ... >> runs.log 2>&1
-// < in.txt` leaves it: runs nsbox with fds 0, 1 and 2 as given (-1: the
-// test's own) and returns its exit code.
-int run_cli_on_fds(const std::vector<std::string>& args, int in, int out, int err) {
+// < in.txt` leaves it: starts nsbox with fds 0, 1 and 2 as given (-1: the
+// test's own); its pid.
+pid_t spawn_cli_on_fds(const std::vector<std::string>& args, int in, int out, int err) {
   std::vector<char*> argv;
   std::string binary = NSBOX_BINARY;
   argv.push_back(binary.data());
@@ -290,13 +290,17 @@ int run_cli_on_fds(const std::vector<std::string>& args, int in, int out, int er
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    if (in >= 0) ::dup2(in, 0);
-    if (out >= 0) ::dup2(out, 1);
-    if (err >= 0) ::dup2(err, 2);
+    for (auto [from, to] : {std::pair{in, 0}, std::pair{out, 1}, std::pair{err, 2}})
+      if (from >= 0) ::dup2(from, to);
     ::execv(binary.c_str(), argv.data());
     ::_exit(126);
   }
-  return wait_cli(pid);
+  return pid;
+}
+
+// spawn_cli_on_fds, then its exit code.
+int run_cli_on_fds(const std::vector<std::string>& args, int in, int out, int err) {
+  return wait_cli(spawn_cli_on_fds(args, in, out, err));
 }
 
 // A file nsbox's stdio names reaches the run as a stream only: not its
@@ -602,18 +606,7 @@ TEST(Isolation, OutputRelayedToASocketHasNoFileSizeCap) {
 // (then -1): a relay that waits for a reader for good must fail the test,
 // not hang it.
 int run_cli_on_fds_within(const std::vector<std::string>& args, int in, int out, int err, int seconds) {
-  std::vector<char*> argv;
-  std::string binary = NSBOX_BINARY;
-  argv.push_back(binary.data());
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (auto [from, to] : {std::pair{in, 0}, std::pair{out, 1}, std::pair{err, 2}})
-      if (from >= 0) ::dup2(from, to);
-    ::execv(binary.c_str(), argv.data());
-    ::_exit(126);
-  }
+  const pid_t pid = spawn_cli_on_fds(args, in, out, err);
   for (int i = 0; i < seconds * 50; ++i) {
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid)
