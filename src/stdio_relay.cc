@@ -282,7 +282,7 @@ void StdioRelay::pump_output(Lane& lane) {
             (err == EAGAIN ? std::string("its reader took no more by the run's time limit, or nsbox was told to stop")
                            : std::strerror(err)) +
             "; the rest was dropped";
-        lane.copied = max_output_bytes_;
+        lane.copied = std::numeric_limits<uint64_t>::max();  // no room left, whatever the lane's cap
         length = done;
         break;
       }
