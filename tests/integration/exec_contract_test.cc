@@ -88,7 +88,12 @@ TEST_P(ExecContract, Case) {
       EXPECT_EQ(error.find(part), std::string::npos) << part;
     }
   }
-  if (exp.contains("return_length")) {
+  if (exp.contains("return_depth")) {
+    int depth = 0;  // of the lists nested in the return value
+    for (const auto* v = &o.return_value; v != nullptr && v->is_array(); v = v->empty() ? nullptr : &v->front())
+      ++depth;
+    EXPECT_EQ(depth, exp["return_depth"].get<int>());
+  } else if (exp.contains("return_length")) {
     ASSERT_TRUE(o.return_value.is_string());
     // Length in characters, as the runners count it: UTF-8 lead bytes.
     const std::string text = o.return_value.get<std::string>();

@@ -201,6 +201,12 @@ ExecRequest contract_request(const nlohmann::json& c) {
     for (int i = 0; i < rep["count"].get<int>(); ++i) text += unit;
     r.inputs[rep["key"].get<std::string>()] = text;
   }
+  if (c.contains("inputs_nest")) {
+    const nlohmann::json& nest = c["inputs_nest"];
+    nlohmann::json value = nlohmann::json::array();
+    for (int i = 1; i < nest["depth"].get<int>(); ++i) value = nlohmann::json::array({std::move(value)});
+    r.inputs[nest["key"].get<std::string>()] = std::move(value);
+  }
   return r;
 }
 

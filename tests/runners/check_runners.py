@@ -15,9 +15,10 @@ to the nsbox supervisor tests and not run here.
 
 Case fields (see docs/RUNNERS.md): name, language ("python"|"javascript"),
 code, inputs, optional generators code_repeat {head?, text, count} (code =
-head + text*count + code) and inputs_repeat {key, text, count}, raw_request
+head + text*count + code), inputs_repeat {key, text, count} and inputs_nest
+{key, depth} (lists nested depth deep), raw_request
 (sent as is instead of the JSON request), no_fd3 (start without fd 3), and
-"expected": return | return_length, error (exact) | error_contains
+"expected": return | return_length | return_depth, error (exact) | error_contains
 (str or list), error_not_contains, error_type, stdout | stdout_contains |
 stdout_length, stderr | stderr_contains, exit_code (default 0), no_result,
 max_seconds. needs_libs: uses numpy/requests/lodash/dayjs; --host borrows them
@@ -57,6 +58,23 @@ def have_rootfs():
     return os.path.isdir(os.path.join(ROOTFS, "usr"))
 
 
+def nested_list(depth):
+    """[[...[]...]]: `depth` lists, one in the other."""
+    value = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def list_depth(value):
+    """How many lists are nested in `value` (0 for anything else)."""
+    depth = 0
+    while isinstance(value, list):
+        depth += 1
+        value = value[0] if value else None
+    return depth
+
+
 def build_request(case):
     if "raw_request" in case:
         return case["raw_request"].encode("utf-8")
@@ -68,6 +86,9 @@ def build_request(case):
     rep = case.get("inputs_repeat")
     if rep:
         inputs[rep["key"]] = rep["text"] * rep["count"]
+    nest = case.get("inputs_nest")
+    if nest:
+        inputs[nest["key"]] = nested_list(nest["depth"])
     # Lone surrogates in a case must travel as \udXXX escapes.
     return json.dumps({"code": code, "inputs": inputs}, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
@@ -164,7 +185,10 @@ def check(case, rc, out, err, fd3, seconds):
     for part in exp.get("error_not_contains", []):
         if isinstance(error, str) and part in error:
             fails.append("error contains %r: %r" % (part, error))
-    if "return_length" in exp:
+    if "return_depth" in exp:
+        if list_depth(res["return"]) != exp["return_depth"]:
+            fails.append("return is not a list nested %d deep" % exp["return_depth"])
+    elif "return_length" in exp:
         if not isinstance(res["return"], str) or len(res["return"]) != exp["return_length"]:
             fails.append("return is not a string of length %d" % exp["return_length"])
     else:
@@ -183,6 +207,9 @@ def main():
     ap.add_argument("-k", metavar="TEXT", help="only cases whose name contains TEXT")
     ap.add_argument("-v", "--verbose", action="store_true", help="print output of failing cases")
     opts = ap.parse_args()
+    # Requests and results of the depth cases nest 1000 levels, as nsbox
+    # allows: more than json's share of the default limit here.
+    sys.setrecursionlimit(5000)
     modes = [m for m in ("host", "bwrap") if getattr(opts, m)]
     if not modes:
         ap.error("choose --host and/or --bwrap")

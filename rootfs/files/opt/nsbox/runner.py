@@ -35,7 +35,24 @@ EX_SOFTWARE = 70  # no result could be delivered
 _write, _close, _getpid = os.write, os.close, os.getpid
 _exit = os._exit
 _modules, _Module = sys.modules, type(sys)
+_getrecursionlimit, _setrecursionlimit = sys.getrecursionlimit, sys.setrecursionlimit
 _JSON_SPACE = " \t\n\r"  # json's WHITESPACE
+# nsbox lets requests and results nest 1000 levels deep (kMaxJsonDepth).
+# json's C scanner and encoder count each level against the recursion limit,
+# which is 1000 in all, the runner's own frames included; this many leaves
+# room for those frames and for a JSONEncoder.default of user code.
+_JSON_RECURSION_LIMIT = 1200
+
+
+def _with_room_for_json_depth(fn, *args, **kwargs):
+    """fn(*args, **kwargs) with a recursion limit that lets json nest as
+    deep as nsbox allows; the limit user code set is put back after."""
+    limit = _getrecursionlimit()
+    _setrecursionlimit(max(limit, _JSON_RECURSION_LIMIT))
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _setrecursionlimit(limit)
 
 
 def _json():
@@ -153,7 +170,7 @@ def _read_request():
         except OSError:
             pass
     try:
-        req = _loads(b"".join(chunks))
+        req = _with_room_for_json_depth(_loads, b"".join(chunks))
     except (ValueError, RecursionError) as e:
         raise ContractError("request: invalid JSON: %s" % e)
     if not isinstance(req, dict):
@@ -235,7 +252,7 @@ async def _await(awaitable):
 def _encode(value, error, error_type):
     result = {"return": value, "error": error, "error_type": error_type}
     try:
-        text = _dumps(result, ensure_ascii=False, allow_nan=False)
+        text = _with_room_for_json_depth(_dumps, result, ensure_ascii=False, allow_nan=False)
     except BaseException as e:  # json may call user code (dict subclasses...)
         import traceback
 
@@ -247,7 +264,7 @@ def _encode(value, error, error_type):
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them as \udXXX
-        return _dumps(result, ensure_ascii=True).encode("ascii")
+        return _with_room_for_json_depth(_dumps, result, ensure_ascii=True).encode("ascii")
 
 
 def _name_nan(result):
