@@ -255,11 +255,23 @@ async function run() {
     if (main === undefined) return contract(MISSING_MAIN);
     if (typeof main !== 'function') return contract(`${MISSING_MAIN}; main is not a function (it is ${kind(main)})`);
     if (typeof Args !== 'function') return contract(`Args is not a class (it is ${kind(Args)})`);
+    if (!constructible(Args)) return contract('Args is not a class (it is a function that cannot be called with new)');
     value = await main(new Args(req.inputs));
   } catch (e) {
     return finish(result(null, formatError(e), 'exception'));
   }
   return finish(encodeReturn(value));
+}
+
+// Whether `new f()` is allowed (arrow functions, methods and most built-in
+// functions are not), found without calling f.
+function constructible(f) {
+  try {
+    Reflect.construct(Object, [], f);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 // Runs the runner's own code once on a sample, without running any code

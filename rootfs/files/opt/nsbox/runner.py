@@ -206,6 +206,10 @@ def _format_exception(e, code):
 
 def _run(code, inputs):
     """Returns (value, None, None) or (None, message, error_type)."""
+    if code.startswith("\ufeff"):
+        # A byte-order mark, which python3 skips at the start of a file and
+        # Node at the start of a script; compile() calls it a syntax error.
+        code = code[1:]
     try:
         compiled = compile(code, USER_FILE, "exec", dont_inherit=True)
     except SyntaxError as e:
@@ -229,7 +233,7 @@ def _run(code, inputs):
             msg = "%s; main is not callable (it is of type %s)" % (MISSING_MAIN, type(main).__name__)
             return None, msg, "contract"
         if not callable(args_cls):
-            return None, "Args is not callable (it is a %s)" % type(args_cls).__name__, "contract"
+            return None, "Args is not callable (it is of type %s)" % type(args_cls).__name__, "contract"
         value = main(args_cls(inputs))
         if hasattr(type(value), "__await__"):
             import asyncio
