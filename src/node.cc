@@ -949,7 +949,8 @@ void Node::handle_run(const httplib::Request& req, const std::string& body, http
   const auto start = Clock::now();
   JobResult result;
   try {
-    result = spawner_.run(job, run_cancel ? run_cancel.get() : cancel_.get());
+    result = spawner_.run(job, run_cancel ? run_cancel.get() : cancel_.get(),
+                          AnswerWait{tenant->profile.limits.wall_time, cfg.answer_grace});
   } catch (const std::exception& e) {
     result = json{{"return", nullptr},
                   {"error", std::string("The sandbox could not be started: ") + e.what()},

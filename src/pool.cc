@@ -195,9 +195,9 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
   update_gauges();
 }
 
-bool WarmPool::take(const std::string& key, int job_fd) {
+pid_t WarmPool::take(const std::string& key, int job_fd) {
   auto it = keys_.find(key);
-  if (it == keys_.end()) return false;
+  if (it == keys_.end()) return 0;
   auto& workers = it->second.workers;
   // A ready one, else the one furthest into its start-up: a request that
   // waits for the rest of it costs one interpreter start, where a cold one
@@ -218,13 +218,14 @@ bool WarmPool::take(const std::string& key, int job_fd) {
     // already, a refill is pending or under way, and must not be pushed.
     const bool was_full = workers.size() >= it->second.entry.size;
     (w->ready ? stats_->hits : stats_->waits).fetch_add(1);
+    const pid_t taker = w->pid;
     workers.erase(w);
     if (was_full) it->second.refill_at = Clock::now() + refill_delay_;
     update_gauges();
-    return true;
+    return taker;
   }
   stats_->misses.fetch_add(1);
-  return false;
+  return 0;
 }
 
 void WarmPool::note_failure(Key& k) {

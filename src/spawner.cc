@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -44,6 +46,12 @@ constexpr char kHostUnfit = 'H';  // kFailed for a HostError
 constexpr char kOptions = 'O';
 constexpr char kJob = 'J';
 constexpr char kPool = 'P';
+// The node gave up waiting for a job's answer: kill the worker that holds
+// the job socket of this inode (8 bytes follow the tag).
+constexpr char kKillWorker = 'K';
+// How long the node waits for a worker it had killed to close its job
+// socket (a process in uninterruptible sleep dies only when it wakes).
+constexpr auto kKilledWorkerWait = std::chrono::seconds(5);
 // The most a pool config may be (every tenant's resolved profile twice).
 constexpr uint64_t kMaxPoolConfigBytes = 64ull << 20;
 // A job is at most the body limit (1 GiB max) plus its profile.
@@ -53,16 +61,63 @@ void send_job_fd(int control, int fd) {
   if (int err = send_fd(control, fd, kJob)) throw SysError("send job to spawner", "control socket", err);
 }
 
-// One message from the control socket: an fd and its tag (kJob, kPool);
-// -1 at EOF, -2 for anything else.
-int receive_control(int control, char& tag) {
-  tag = 0;
-  int fd = receive_fd(control, &tag);
-  if (fd >= 0 && tag != kJob && tag != kPool) {
-    ::close(fd);
-    return -2;
+// One message from the server on the control socket.
+struct ControlMessage {
+  enum class Kind { kEnd, kJobSocket, kPoolConfig, kWorkerToKill, kUnknown } kind = Kind::kUnknown;
+  UniqueFd fd;           // kJobSocket, kPoolConfig (a pipe to read it from)
+  ino_t job_socket = 0;  // kWorkerToKill: the inode of its job socket
+};
+
+ControlMessage receive_control(int control) {
+  char buf[1 + sizeof(uint64_t)] = {};
+  pid_t sender = 0;
+  int fd = -1;
+  const ssize_t n = receive_with_credentials(control, buf, sizeof buf, &sender, &fd);
+  ControlMessage m;
+  m.fd.reset(fd);
+  if (n == 0) {
+    m.kind = ControlMessage::Kind::kEnd;
+  } else if (n == 1 && m.fd && buf[0] == kJob) {
+    m.kind = ControlMessage::Kind::kJobSocket;
+  } else if (n == 1 && m.fd && buf[0] == kPool) {
+    m.kind = ControlMessage::Kind::kPoolConfig;
+  } else if (n == sizeof buf && !m.fd && buf[0] == kKillWorker) {
+    uint64_t inode = 0;
+    std::memcpy(&inode, buf + 1, sizeof inode);
+    m.kind = ControlMessage::Kind::kWorkerToKill;
+    m.job_socket = static_cast<ino_t>(inode);
+  } else {
+    m.fd.reset();
   }
-  return fd;
+  return m;
+}
+
+// For poll: the milliseconds left until deadline, rounded up, at least 0.
+int milliseconds_until(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
+}
+
+// Writes data to a stream socket whole, unless deadline passes first
+// (false); a peer that is gone or any other error throws.
+bool write_before(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) throw SysError("send job", "job socket", errno);
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, milliseconds_until(deadline)) == 0) return false;
+  }
+  return true;
+}
+
+ino_t inode_of(int fd) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
 }
 
 // Reads up to max bytes from fd until EOF, each read within timeout_ms;
@@ -583,18 +638,36 @@ void ignore_terminal_signals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_IGN);
 }
 
+// Who answers each job the spawner handed on: the worker's pid by the
+// inode of the job's socket, which the server knows too. A pid stays here
+// until the spawner reaps it, so it is never another process's.
+using Answering = std::map<ino_t, pid_t>;
+
 // Reaps the workers that ended; true when one was killed (SIGKILL, the
 // OOM killer) and so could not remove what its run held.
-bool reap(std::set<pid_t>& workers, WarmPool& pool) {
+bool reap(std::set<pid_t>& workers, WarmPool& pool, Answering& answering) {
   int status;
   pid_t pid;
   bool killed = false;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
     workers.erase(pid);
     pool.forget(pid);
+    std::erase_if(answering, [pid](const auto& job) { return job.second == pid; });
     killed = killed || WIFSIGNALED(status);
   }
   return killed;
+}
+
+// The server gave up waiting for a job's answer (a worker stopped, or stuck
+// in a bug): its worker is killed, and reaping it removes what it held.
+void kill_worker_of(const Answering& answering, ino_t job_socket) {
+  const auto it = answering.find(job_socket);
+  if (it == answering.end()) {
+    spdlog::warn("spawner: the server gave up on a job no worker of its has (it ended, or never got the job)");
+    return;
+  }
+  spdlog::warn("spawner: killing worker {}: the server gave up waiting for its answer", it->second);
+  if (::kill(it->second, SIGKILL) != 0) spdlog::error("spawner: kill worker {}: {}", it->second, std::strerror(errno));
 }
 
 // What a killed worker held (its run's cgroups, its workspace and tmpfs)
@@ -679,6 +752,7 @@ std::optional<LauncherOptions> receive_options(int control) {
       });
   ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
   std::set<pid_t> workers;
+  Answering answering;
   bool closing = false;
   while (!closing || !workers.empty()) {
     std::vector<pollfd> fds = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
@@ -692,42 +766,50 @@ std::optional<LauncherOptions> receive_options(int control) {
       signalfd_siginfo info;
       while (::read(sfd.get(), &info, sizeof info) > 0) {
       }
-      if (reap(workers, pool)) remove_what_killed_workers_held(*launcher);
+      if (reap(workers, pool, answering)) remove_what_killed_workers_held(*launcher);
     }
     pool.on_events(fds);
     if (fds[1].revents) {
-      errno = 0;
-      char tag = 0;
-      int fd = receive_control(control.get(), tag);
-      if (fd == -1 && errno == 0) {
-        closing = true;  // EOF: the server is gone or done: finish the runs, then exit
-        pool.retire_all();
-      } else if (fd >= 0 && tag == kPool) {
-        configure_pool(pool, profiles, fd);
-        ::close(fd);
-      } else if (fd >= 0) {
-        std::optional<std::string> key = read_job_key(fd);
-        if (key && pool.take(*key, fd)) {
-          ::close(fd);
-        } else if (key) {
-          pid_t pid = ::fork();
+      ControlMessage m = receive_control(control.get());
+      switch (m.kind) {
+        case ControlMessage::Kind::kEnd:
+          closing = true;  // the server is gone or done: finish the runs, then exit
+          pool.retire_all();
+          break;
+        case ControlMessage::Kind::kPoolConfig:
+          configure_pool(pool, profiles, m.fd.get());
+          break;
+        case ControlMessage::Kind::kWorkerToKill:
+          kill_worker_of(answering, m.job_socket);
+          break;
+        case ControlMessage::Kind::kJobSocket: {
+          const std::optional<std::string> key = read_job_key(m.fd.get());
+          if (!key) break;  // no routing header: closing the job fd tells the server
+          pid_t pid = pool.take(*key, m.fd.get());
           if (pid == 0) {
-            become_child();
-            UniqueFd fork_server(
-                pool.fork_server_for(*key) >= 0 ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0) : -1);
-            pool.close_in_child();
-            worker_main(*launcher, profiles, fd, fork_server.release());
+            pid = ::fork();
+            if (pid == 0) {
+              become_child();
+              UniqueFd fork_server(
+                  pool.fork_server_for(*key) >= 0 ? ::fcntl(pool.fork_server_for(*key), F_DUPFD_CLOEXEC, 0) : -1);
+              pool.close_in_child();
+              worker_main(*launcher, profiles, m.fd.release(), fork_server.release());
+            }
           }
           // On fork failure closing the job fd tells the server.
           try {
-            if (pid > 0) workers.insert(pid);
+            if (pid > 0) {
+              workers.insert(pid);  // a pool worker's pid is there already
+              answering[inode_of(m.fd.get())] = pid;
+            }
           } catch (...) {
-            // Out of memory for the set: the worker is still reaped by waitpid(-1).
+            // Out of memory: the worker is still reaped by waitpid(-1), and
+            // the server gives up on its job in time without it.
           }
-          ::close(fd);
-        } else {
-          ::close(fd);  // no routing header: the server sees no result
+          break;
         }
+        case ControlMessage::Kind::kUnknown:
+          break;  // an error or a message the server never sends
       }
     }
     if (!closing) {
@@ -802,7 +884,16 @@ bool Spawner::alive() const {
   return info.si_pid == 0;
 }
 
-JobResult Spawner::run(const Job& job, int cancel_fd) const {
+void Spawner::ask_to_kill_worker(ino_t job_socket) const {
+  char message[1 + sizeof(uint64_t)] = {kKillWorker};
+  const uint64_t inode = job_socket;
+  std::memcpy(message + 1, &inode, sizeof inode);
+  std::lock_guard<std::mutex> lock(*send_mutex_);
+  if (::send(control_.get(), message, sizeof message, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof message))
+    spdlog::error("asking the spawner to kill a worker: {}", std::strerror(errno));
+}
+
+JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
   // Encoded before the spawner is told: it waits for the routing header
   // with a deadline, and its loop serves every other job meanwhile.
   const std::string key = pool_key(job.profile_yaml, job.request.exec.language, job.rootfs_tree);
@@ -817,32 +908,52 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) throw SysError("socketpair", "job", errno);
   UniqueFd mine(sv[0]), theirs(sv[1]);
+  const ino_t job_socket = inode_of(theirs.get());
   {
     std::lock_guard<std::mutex> lock(*send_mutex_);
     send_job_fd(control_.get(), theirs.get());
   }
   theirs.reset();
-  write_full(mine.get(), header, "send job", "job socket");
-  write_full(mine.get(), text, "send job", "job socket");
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point deadline = Clock::now() + wait.run_time + wait.grace;
+  // The job is written with the same deadline: a stopped worker's socket
+  // buffer fills up.
+  if (!write_before(mine.get(), header, deadline) || !write_before(mine.get(), text, deadline))
+    deadline = Clock::now();  // the worker did not take its job in all that time
   JobStreamReader stream;
   bool broken = false;  // said once
   bool cancelled = false;
+  bool killed = false;  // the worker, by the spawner, when it did not answer
   char buf[65536];
   for (;;) {
     pollfd fds[2] = {{mine.get(), POLLIN, 0}, {cancelled ? -1 : cancel_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    const int ready = ::poll(fds, 2, milliseconds_until(deadline));
+    if (ready < 0) {
       if (errno == EINTR) continue;
       throw SysError("poll", "job socket", errno);
     }
+    if (ready == 0 && killed) break;  // still no end of it: given up
+    if (ready == 0) {
+      spdlog::warn("run {}: its worker did not answer within {} of the run's {}: killing the worker", job.run_id,
+                   format_duration(wait.grace), cancelled ? "cancel" : "time limit");
+      ask_to_kill_worker(job_socket);
+      killed = true;
+      deadline = Clock::now() + kKilledWorkerWait;
+      continue;
+    }
     if (fds[1].revents) {
       // Half-close: the worker's cancel fd turns readable, it tears the
-      // sandbox down and still answers.
+      // sandbox down and still answers, within the grace.
       ::shutdown(mine.get(), SHUT_WR);
       cancelled = true;
+      if (!killed) deadline = std::min(deadline, Clock::now() + wait.grace);
     }
     if (!fds[0].revents) continue;
     ssize_t n = ::read(mine.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
+    // A worker that ended before reading all its job resets the socket:
+    // the same end as any other.
+    if (n < 0 && errno == ECONNRESET) break;
     if (n < 0) throw SysError("read result", "job socket", errno);
     if (n == 0) break;
     if (!stream.feed(std::string_view(buf, static_cast<size_t>(n))) && !broken) {
@@ -851,7 +962,10 @@ JobResult Spawner::run(const Job& job, int cancel_fd) const {
     }
   }
   auto result = stream.has_result() ? json::parse(stream.take_result_text(), nullptr, false) : json(nullptr);
-  if (result.is_discarded() || !result.is_object())
+  if ((result.is_discarded() || !result.is_object()) && killed)
+    result = failure_result("The sandbox worker did not answer within " + format_duration(wait.grace) + " of the " +
+                            (cancelled ? "run's cancel" : "run's time limit") + ": it was killed");
+  else if (result.is_discarded() || !result.is_object())
     result = failure_result("The sandbox worker ended without a result");
   stream.fill_network(result);
   return result;

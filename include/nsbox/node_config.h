@@ -50,6 +50,7 @@ struct NodeConfig {
   std::chrono::milliseconds client_timeout{10000};   // per read/write on a connection
   std::chrono::milliseconds request_timeout{30000};  // for a request's head, then for its body
   std::chrono::milliseconds grace_period{30000};     // SIGTERM: time left to running sandboxes
+  std::chrono::milliseconds answer_grace{60000};     // past a run's time limit or cancel: its worker is killed
   uint32_t pool_size = 0;                            // warm sandboxes kept per tenant and language (0: none)
   uint64_t pool_memory = 1ull << 30;                 // what the idle warm sandboxes may hold together
   std::string audit_log;                             // empty: no audit file (the built-in config)

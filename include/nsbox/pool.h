@@ -159,9 +159,10 @@ class WarmPool {
   // Hands job_fd to a ready sandbox of key, else to the one of key that
   // has been starting longest (its worker raises its CPU weight, and serves
   // the job once ready, or in a sandbox of its own if that one fails);
-  // false when there is none (the caller starts a cold one). Counts hits,
-  // waits and misses of pooled keys.
-  bool take(const std::string& key, int job_fd);
+  // returns the pid of the worker that took it, or 0 when there is none
+  // (the caller starts a cold one). Counts hits, waits and misses of
+  // pooled keys.
+  pid_t take(const std::string& key, int job_fd);
 
   // Starts pool workers until every key has its size (within the memory
   // budget); their pids go to children, for reaping.

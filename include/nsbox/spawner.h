@@ -46,6 +46,15 @@ struct Job {
 // "timeout_clamped" when the request asked for more than the profile allows.
 using JobResult = nlohmann::ordered_json;
 
+// How long the server waits for a job's answer: the run's time limit (the
+// profile's; a request may ask for less), then the grace for its set-up
+// and teardown, or the grace from its cancel if that comes first. Then the
+// spawner kills the job's worker, and the answer is an error.
+struct AnswerWait {
+  std::chrono::milliseconds run_time;
+  std::chrono::milliseconds grace;
+};
+
 class Spawner {
  public:
   // Forks the spawner, which waits for start(). Call only while the process
@@ -68,8 +77,9 @@ class Spawner {
 
   // Thread-safe. Runs the job to completion and returns its result.
   // cancel_fd, when readable, cancels the run (the result then says killed).
-  // Throws SysError when the spawner is gone.
-  JobResult run(const Job& job, int cancel_fd) const;
+  // A worker that does not answer within wait is killed. Throws SysError
+  // when the spawner is gone.
+  JobResult run(const Job& job, int cancel_fd, AnswerWait wait) const;
 
   // Thread-safe. What to keep warm from now on (see pool.h); sandboxes no
   // longer wanted are retired. memory_budget (bytes, 0: none) bounds what
@@ -84,6 +94,9 @@ class Spawner {
   bool alive() const;
 
  private:
+  // Has the spawner kill the worker answering the job on the socket of
+  // this inode.
+  void ask_to_kill_worker(ino_t job_socket) const;
   Spawner(pid_t pid, UniqueFd control, std::shared_ptr<PoolStats> stats)
       : pid_(pid), control_(std::move(control)), stats_(std::move(stats)) {}
   pid_t pid_ = -1;

@@ -7,11 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -208,6 +210,37 @@ TEST(NodeLifecycle, ANodeWhoseSpawnerDiesStopsWithExit1AndSaysWhy) {
   EXPECT_TRUE(records_of(node.dir() + "/audit.log", "run_started").empty()) << answers;
 }
 
+// The node's spawner, and its children named comm (nsbox-warm: the pool's
+// workers, nsbox-worker: a cold run's).
+pid_t spawner_of(const NodeProcess& node) {
+  for (pid_t child : children_of(node.pid()))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") return child;
+  return -1;
+}
+
+std::vector<pid_t> spawner_children(const NodeProcess& node, const std::string& comm) {
+  std::vector<pid_t> found;
+  for (pid_t child : children_of(spawner_of(node)))
+    if (slurp("/proc/" + std::to_string(child) + "/comm") == comm + "\n") found.push_back(child);
+  return found;
+}
+
+// The run cgroups and workspaces a worker made (they are named after it).
+std::vector<std::string> what_a_worker_holds(const NodeProcess& node, pid_t worker) {
+  const std::string owner = "run-" + std::to_string(worker) + "-";
+  std::vector<std::string> found;
+  for (const auto& name : dir_entries(node.tmp()))
+    if (name.find(owner) != std::string::npos) found.push_back(node.tmp() + "/" + name);
+  const CgroupHost& host = launcher().cgroup_host();
+  std::vector<std::string> parents;
+  if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
+  for (const auto& [controller, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
+  for (const auto& parent : parents)
+    for (const auto& name : dir_entries(parent))
+      if (name.rfind(owner, 0) == 0) found.push_back(parent + "/" + name);
+  return found;
+}
+
 // A warm sandbox's worker killed (an operator, the OOM killer) cannot remove
 // its run's cgroups and workspace; the spawner that reaps it does, while
 // the node goes on serving (they used to stay until the node's next start).
@@ -215,34 +248,114 @@ TEST(NodeLifecycle, WhatAKilledWorkerHeldIsRemovedWhileTheNodeServes) {
   NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
-  pid_t spawner = -1, worker = -1;
-  for (pid_t child : children_of(node.pid()))
-    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-spawner\n") spawner = child;
-  ASSERT_GT(spawner, 0);
-  for (pid_t child : children_of(spawner))
-    if (slurp("/proc/" + std::to_string(child) + "/comm") == "nsbox-warm\n") worker = child;
-  ASSERT_GT(worker, 0) << "no warm sandbox's worker";
-  const std::string owner = "run-" + std::to_string(worker) + "-";
-  auto held = [&] {
-    std::vector<std::string> found;
-    for (const auto& name : dir_entries(node.tmp()))
-      if (name.find(owner) != std::string::npos) found.push_back(node.tmp() + "/" + name);
-    const CgroupHost& host = launcher().cgroup_host();
-    std::vector<std::string> parents;
-    if (host.v2_mount) parents.push_back(host.v2_self_dir + "/nsbox");
-    for (const auto& [controller, dir] : host.v1_self_dirs) parents.push_back(dir + "/nsbox");
-    for (const auto& parent : parents)
-      for (const auto& name : dir_entries(parent))
-        if (name.rfind(owner, 0) == 0) found.push_back(parent + "/" + name);
-    return found;
-  };
-  ASSERT_FALSE(held().empty()) << "the worker holds no cgroup or workspace to leave behind";
+  const std::vector<pid_t> warm = spawner_children(node, "nsbox-warm");
+  ASSERT_FALSE(warm.empty()) << "no warm sandbox's worker";
+  const pid_t worker = warm[0];
+  ASSERT_FALSE(what_a_worker_holds(node, worker).empty()) << "the worker holds no cgroup or workspace to leave behind";
   ASSERT_EQ(::kill(worker, SIGKILL), 0);
-  for (int i = 0; i < 250 && !held().empty(); ++i) std::this_thread::sleep_for(20ms);
-  for (const auto& path : held()) ADD_FAILURE() << path << " outlived the worker that made it";
+  for (int i = 0; i < 250 && !what_a_worker_holds(node, worker).empty(); ++i) std::this_thread::sleep_for(20ms);
+  for (const auto& path : what_a_worker_holds(node, worker))
+    ADD_FAILURE() << path << " outlived the worker that made it";
   auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+}
+
+// A worker that never answers (stopped here; in life a bug that wedges
+// it) used to hold its request, and its share of the node, for ever. The
+// node waits for the run's time limit and limits.answer_grace, has the
+// spawner kill the worker, and answers 500 so that a gateway may retry
+// elsewhere; nothing of the run is left, and the node serves on. Cold and
+// warm: the spawner knows either worker by its job's socket.
+class NodeLifecycleStuckWorker : public ::testing::TestWithParam<bool> {};
+
+TEST_P(NodeLifecycleStuckWorker, IsKilledAfterTheRunsTimeLimitAndTheGrace) {
+  const bool warm = GetParam();
+  TempDir dir;
+  const std::string profile =
+      dir.write("short.yaml", "name: short\nextends: default\nlimits:\n  wall_time: 2s\n  cpu_time: 2s\n");
+  NodeProcess node("tenants:\n  - {name: t, profile: " + profile +
+                   "}\ndefault_tenant: t\nlimits:\n  answer_grace: 1s\n" + (warm ? "  pool_size: 1\n" : ""));
+  ASSERT_TRUE(node.ready()) << node.log();
+  std::vector<pid_t> stopped;
+  if (warm) {
+    ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+    stopped = spawner_children(node, "nsbox-warm");  // the job goes to the Python one
+    for (pid_t worker : stopped) ASSERT_EQ(::kill(worker, SIGSTOP), 0);
+  }
+  const std::string code =
+      "import subprocess, time\ndef main(args):\n    subprocess.Popen(['sleep', '1017'])\n    time.sleep(60)\n";
+  std::optional<std::pair<int, std::string>> answer;  // status, body
+  const auto start = std::chrono::steady_clock::now();
+  std::thread client([&] {
+    httplib::Client c = node.client();
+    c.set_read_timeout(60, 0);  // the old node never answered
+    if (auto r = post(c, "/run", request(code))) answer.emplace(r->status, r->body);
+  });
+  if (!warm) {
+    for (int i = 0; i < 500 && host_pids_with_cmdline("sleep 1017").empty(); ++i) std::this_thread::sleep_for(20ms);
+    stopped = spawner_children(node, "nsbox-worker");
+    EXPECT_EQ(stopped.size(), 1u) << "the cold run's worker";
+    for (pid_t worker : stopped) ASSERT_EQ(::kill(worker, SIGSTOP), 0);
+  }
+  client.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(answer) << "no answer within 60 s\n" << node.log();
+  EXPECT_EQ(answer->first, 500);
+  EXPECT_EQ(answer->second,
+            "{\"return\": null, \"error\": \"The sandbox worker did not answer within 1s of the run's time limit: it "
+            "was killed\"}");
+  EXPECT_GE(seconds, 3.0) << "not before the time limit and the grace";
+  EXPECT_NE(node.log().find("killing worker"), std::string::npos) << node.log();
+  // The worker that had the job is gone (killed, then reaped by the
+  // spawner) while still stopped; the pool's other one goes on.
+  auto gone = [&] {
+    return std::find_if(stopped.begin(), stopped.end(), [](pid_t worker) { return ::kill(worker, 0) != 0; });
+  };
+  for (int i = 0; i < 250 && gone() == stopped.end(); ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_NE(gone(), stopped.end()) << "no stopped worker was killed\n" << node.log();
+  const pid_t killed = *gone();
+  for (pid_t worker : stopped) ::kill(worker, SIGCONT);
+  // Its run goes with it: its processes, cgroups, workspace.
+  for (int i = 0;
+       i < 500 && (!host_pids_with_cmdline("sleep 1017").empty() || !what_a_worker_holds(node, killed).empty()); ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(host_pids_with_cmdline("sleep 1017").empty()) << "the run's process outlived its killed worker";
+  for (const auto& path : what_a_worker_holds(node, killed)) ADD_FAILURE() << path << " outlived the killed worker";
+  auto r = post(node.client(), "/run", request("def main(args):\n    return 3"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "{\"return\": 3, \"error\": null}");
+}
+
+INSTANTIATE_TEST_SUITE_P(ColdAndWarm, NodeLifecycleStuckWorker, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "Warm" : "Cold"; });
+
+// Nor does such a worker hold up the node's stop: its run is cancelled at
+// the end of grace_period, and its worker killed answer_grace later.
+TEST(NodeLifecycle, AWorkerThatDoesNotAnswerDoesNotHoldUpTheNodesStop) {
+  NodeProcess node(
+      "tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  grace_period: 1s\n  answer_grace: "
+      "1s\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  std::optional<std::pair<int, std::string>> answer;
+  std::thread client([&] {
+    if (auto r = post(node.client(), "/run", request("import time\ndef main(args):\n    time.sleep(60)\n")))
+      answer.emplace(r->status, r->body);
+  });
+  ASSERT_TRUE(node.wait_running(1)) << node.log();
+  const std::vector<pid_t> workers = spawner_children(node, "nsbox-worker");
+  ASSERT_EQ(workers.size(), 1u);
+  ASSERT_EQ(::kill(workers[0], SIGSTOP), 0);
+  const std::optional<int> code = node.stop_within(SIGTERM, 30s);
+  client.join();
+  ASSERT_TRUE(code.has_value()) << "the node did not stop within 30 s\n" << node.log();
+  EXPECT_EQ(*code, 0) << node.log();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->first, 500);
+  EXPECT_EQ(answer->second,
+            "{\"return\": null, \"error\": \"The sandbox worker did not answer within 1s of the run's cancel: it was "
+            "killed\"}");
+  EXPECT_TRUE(dir_entries(node.tmp()).empty());
 }
 
 // Runs that fail for a reason the node could not see when it started

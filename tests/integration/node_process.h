@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -146,6 +147,20 @@ class NodeProcess {
   int stop(int sig = SIGTERM) {
     ::kill(pid_, sig);
     return wait_exit();
+  }
+  // stop(sig), bounded: nullopt (and the node killed) when it has not
+  // exited within limit.
+  std::optional<int> stop_within(int sig, std::chrono::seconds limit) {
+    ::kill(pid_, sig);
+    int status = 0;
+    for (auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;  // the destructor kills it
   }
   int wait_exit() {
     int status = 0;

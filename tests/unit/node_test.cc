@@ -103,7 +103,7 @@ tenants:
     max_requests: 2
 default_tenant: public
 limits: {max_concurrent: 3, queue_depth: 0, body_limit: 64KiB, client_timeout: 2s, request_timeout: 90s,
-         grace_period: 0s}
+         grace_period: 0s, answer_grace: 2m}
 cors: {allow_origins: ["https://Studio.Example.com"]}
 )");
   EXPECT_EQ(c.listeners[1].address(), "[::1]:5002");
@@ -121,6 +121,7 @@ cors: {allow_origins: ["https://Studio.Example.com"]}
   EXPECT_EQ(c.body_limit, 64u << 10);
   EXPECT_EQ(c.client_timeout, std::chrono::seconds(2));
   EXPECT_EQ(c.request_timeout, std::chrono::seconds(90));
+  EXPECT_EQ(c.answer_grace, std::chrono::minutes(2));
   EXPECT_EQ(c.cors_origins, std::vector<std::string>{"https://studio.example.com"})
       << "hosts in lower case, as browsers send them";
 }
@@ -170,6 +171,7 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
       {std::string(kMinimal) + "limits:\n  request_timeout: 500ms\n", "limits.request_timeout"},
+      {std::string(kMinimal) + "limits:\n  answer_grace: 500ms\n", "limits.answer_grace"},
       {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
       {std::string(kMinimal) + "cors:\n  allow_origins: ['*']\n", "is not an origin like https://app.example.com"},
       {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},
