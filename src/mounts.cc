@@ -57,6 +57,10 @@ constexpr const char* kMaskedProcFiles[] = {
     "/proc/consoles",
     "/proc/crypto",
     "/proc/dma",
+    // Every open file description lock on the host, whatever the reader's
+    // pid namespace: host files' devices and inodes, and a channel between
+    // runs (a lock's range is any 64-bit number a run chooses).
+    "/proc/locks",
 };
 // Directories of /proc with host-wide knobs, hardware details or pressure
 // figures; each is hidden behind an empty read-only tmpfs.

@@ -8,6 +8,7 @@
 // where its header says so). The harness plants what an attacker
 // would look for on the host: a secret file, a loopback service, an abstract
 // unix socket, an environment variable, its own pid.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -162,8 +163,21 @@ class Bait {
     ::bind(unix_, reinterpret_cast<sockaddr*>(&u),
            static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + abstract_.size()));
     ::listen(unix_, 16);
+    // An open file description lock on the secret, at an offset no one
+    // else uses: /proc/locks lists such locks whatever the reader's pid
+    // namespace, with the host file's device and inode.
+    lock_fd_ = ::open(secret_path_.c_str(), O_RDWR | O_CLOEXEC);
+    ofd_lock_start_ = 7'000'000'000 + ::getpid();
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = ofd_lock_start_;
+    lock.l_len = 1;
+    if (lock_fd_ < 0 || ::fcntl(lock_fd_, F_OFD_SETLK, &lock) != 0)
+      ADD_FAILURE() << "bait: OFD lock on " << secret_path_ << ": " << std::strerror(errno);
   }
   ~Bait() {
+    ::close(lock_fd_);
     ::close(tcp_);
     ::close(unix_);
     std::filesystem::remove_all(secret_dir_);
@@ -206,6 +220,7 @@ class Bait {
             {"host_port", port_},
             {"abstract", abstract_},
             {"marker", marker_},
+            {"ofd_lock_start", ofd_lock_start_},
             {"rootfs", std::filesystem::canonical(test_rootfs()).string()},
             {"host_block_devices", host_block_devices()}};
   }
@@ -231,7 +246,8 @@ class Bait {
  private:
   std::string secret_, marker_, secret_dir_, secret_path_, abstract_;
   mutable std::string egress_profile_, forked_profile_;
-  int tcp_ = -1, unix_ = -1, port_ = 0;
+  int tcp_ = -1, unix_ = -1, port_ = 0, lock_fd_ = -1;
+  int64_t ofd_lock_start_ = 0;
 };
 
 Bait* bait = nullptr;
