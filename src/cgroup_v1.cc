@@ -1,9 +1,11 @@
 // cgroup v1 (hybrid hosts): a run cgroup in each of the memory, cpu,
 // cpuacct, pids and freezer hierarchies, under nsbox's own cgroup in each.
 // The child is moved in before it runs anything; the run is killed by
-// freezing it and signalling every member.
+// freezing it and signalling every member, and ended by the supervisor at
+// its first OOM kill (v2 has memory.oom.group for that).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,6 +114,17 @@ class V1RunCgroup : public RunCgroup {
   }
   bool counts_cpu_time() const override { return dir_of("cpuacct") != nullptr; }
   void kill_all() override { freeze_and_kill(dir_of("freezer"), dirs_); }
+  int oom_events_fd() const override { return oom_events_.get(); }
+  // Has the kernel signal oom_events_fd() at every OOM kill in d (v1's
+  // notification: an eventfd and memory.oom_control, named to
+  // cgroup.event_control).
+  void watch_oom_kills(const CgroupDir& d) {
+    oom_events_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!oom_events_) throw SysError("eventfd", "OOM events of " + d.path, errno);
+    UniqueFd control(::openat(d.fd.get(), "memory.oom_control", O_RDONLY | O_CLOEXEC));
+    if (!control) throw SysError("open", d.path + "/memory.oom_control", errno);
+    d.write("cgroup.event_control", std::to_string(oom_events_.get()) + " " + std::to_string(control.get()));
+  }
   bool set_cpu_weight(uint32_t weight) override {
     const CgroupDir* d = dir_of("cpu");
     if (!d) return false;
@@ -153,6 +166,7 @@ class V1RunCgroup : public RunCgroup {
  private:
   std::vector<CgroupDir> dirs_;          // one per directory, in creation order
   std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
+  UniqueFd oom_events_;
 };
 
 }  // namespace
@@ -186,6 +200,7 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     // quarter of it (v2 charges them to memory.current, within it).
     if (d.has("memory.kmem.tcp.limit_in_bytes"))
       d.write("memory.kmem.tcp.limit_in_bytes", std::to_string(limits.memory_bytes / 4));
+    cg->watch_oom_kills(d);
   }
   if (limits.cpus > 0) {
     const CgroupDir& d = cg->needed("cpu");

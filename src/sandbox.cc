@@ -186,6 +186,7 @@ struct Observation {
   bool cpu_time_exceeded = false;
   bool cpu_time_unreadable = false;  // the cgroup's CPU counter failed mid-run: stopped, fail closed
   bool cancelled = false;
+  bool oom_killed = false;         // a process of the run was OOM-killed: the run ended (v1; v2 does it itself)
   bool ended_with_report = false;  // the workload ended with PID 1 alone: supervise() did not wait for PID 1
   int init_status = 0;
   rusage usage{};
@@ -332,7 +333,7 @@ Observation supervise(Watch w) {
 
     int timeout_ms = -1;
     auto shorten = [&](int ms) { timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms); };
-    pollfd fds[11];
+    pollfd fds[12];
     int n = 0;
     auto add = [&](int fd) {
       fds[n] = {fd, POLLIN, 0};
@@ -360,7 +361,10 @@ Observation supervise(Watch w) {
     if (w.listener && !unanswered.empty()) shorten(ms_until(pace.next_token(now)));
     int i_psock = w.proxy_sock ? add(w.proxy_sock.get()) : -1;
 
-    const bool killing = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled;
+    const bool killing =
+        obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled || obs.oom_killed;
+    const int oom_events = w.cgroup ? w.cgroup->oom_events_fd() : -1;
+    int i_oom = init_running && !killing && oom_events >= 0 ? add(oom_events) : -1;
     if (init_running && w.deadline && !killing) shorten(ms_until(*w.deadline));
     if (init_running && enforce_cpu && !killing) shorten(ms_until(next_cpu_check));
     if (drain_deadline) shorten(ms_until(*drain_deadline));
@@ -433,6 +437,10 @@ Observation supervise(Watch w) {
       obs.cancelled = true;
       w.proc.kill();
     }
+    if (readable(i_oom) && !obs.oom_killed) {
+      obs.oom_killed = true;
+      w.proc.kill();
+    }
     if (readable(i_proc)) {
       obs.init_status = w.proc.reap(&obs.usage);
       init_running = false;
@@ -445,7 +453,7 @@ Observation supervise(Watch w) {
     // (it is from the workload's execve on): a setup failure written just
     // before the report is never left unread.
     const bool stopping = obs.timed_out || obs.cpu_time_exceeded || obs.cpu_time_unreadable || obs.cancelled ||
-                          !obs.foreign_abi_call.empty();
+                          obs.oom_killed || !obs.foreign_abi_call.empty();
     if (init_running && w.may_end_with_report && !stopping && obs.report && obs.report->alone == 1 && !w.error_fd &&
         !(w.out && w.out->open()) && !(w.err && w.err->open()) && !(w.fd3 && w.fd3->open())) {
       obs.ended_with_report = true;
@@ -1208,6 +1216,9 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
     if (cgroup) {
       if (!obs.ended_with_report) cgroup->kill_all();
       CgroupUsage usage = cgroup->usage();
+      // Told of the OOM (v1), the supervisor ended the run at once: the
+      // OOM killer may not have got to count a kill of its own.
+      if (obs.oom_killed) usage.oom_kills = std::max<uint64_t>(usage.oom_kills, 1);
       if (usage.cpu_ms >= 0) usage.cpu_ms = std::max<int64_t>(usage.cpu_ms - cpu_baseline, 0);
       if (usage.cpu_ms < 0 && obs.ended_with_report)  // PID 1's rusage was not waited for either
         result.warnings.push_back("cpu_ms unknown: the cgroup's CPU counter could not be read at the end of the run");

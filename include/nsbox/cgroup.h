@@ -101,6 +101,12 @@ class RunCgroup {
   // hierarchy; every v2 cgroup has cpu.stat). Known without any I/O.
   virtual bool counts_cpu_time() const = 0;
   virtual void kill_all() = 0;
+  // An eventfd that turns readable when a process of the run is OOM-killed,
+  // where the kernel does not end the whole run at its first OOM kill by
+  // itself (v1; v2's memory.oom.group does): the supervisor then ends it,
+  // so that a run cannot OOM-kill its children over and over (each kill
+  // writes the host's kernel log). -1 when there is none to watch.
+  virtual int oom_events_fd() const { return -1; }
   // The run's share of CPU time against its siblings when the CPUs are
   // contended, in cgroup v2 units (1..10000; kDefaultCpuWeight is everyone's
   // default). False when the run's cgroup has no cpu controller. Throws

@@ -164,6 +164,29 @@ TEST_F(Cgroups, MemoryBombEndsAsOomWithoutHurtingTheHost) {
   EXPECT_GT(mem_available_kib(), before - 256 * 1024);
 }
 
+// A run that has its children OOM-killed one after another (each kill
+// writes the host's kernel log, about 40 lines) ends at the first: v2's
+// memory.oom.group kills the whole run, and on v1 the supervisor does.
+// Before, on v1, the parent went on (67 kills in 5 s) and the run was ok.
+TEST_F(Cgroups, ARunEndsAtItsFirstOomKill) {
+  RunSpec spec = capture_spec({"python3", "-c",
+                               "import os, sys\n"
+                               "for i in range(20):\n"
+                               "    pid = os.fork()\n"
+                               "    if pid == 0:\n"
+                               "        chunks = []\n"
+                               "        while True: chunks.append(bytearray(8 << 20))\n"
+                               "    os.waitpid(pid, 0)\n"
+                               "    print('child', i, 'ended', flush=True)\n"});
+  spec.limits.cgroup.memory_bytes = 64 << 20;
+  spec.limits.wall_time = std::chrono::seconds(30);
+  Result r = run_with(spec);
+  EXPECT_EQ(r.status, RunStatus::kOom) << r.error << r.stdout_data << r.stderr_data;
+  EXPECT_TRUE(has(r.limits_hit, "memory")) << joined(r.limits_hit);
+  EXPECT_EQ(r.stdout_data.find("child 1 ended"), std::string::npos) << "the run went on after an OOM kill:\n"
+                                                                    << r.stdout_data;
+}
+
 // Socket buffers count against the run's memory: v1 charges them only once
 // memory.kmem.tcp.limit_in_bytes is set (v2 always does). Forty loopback
 // connections whose data nobody reads held 382 MiB of the host's memory
