@@ -240,7 +240,14 @@ def _run(code, inputs):
 
             if not asyncio.iscoroutine(value):
                 value = _await(value)
-            value = asyncio.run(value)
+            # Not asyncio.run: on its way out it cancels the tasks main left
+            # and waits for them, and joins the default executor's threads,
+            # without a bound (a to_thread call that wait_for gave up on
+            # would hold the result until the run's time limit). The runner
+            # waits for no leftover work once the result is known.
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            value = loop.run_until_complete(value)
         return value, None, None
     except BaseException as e:  # SystemExit and KeyboardInterrupt included
         return None, _format_exception(e, code), "exception"
