@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "nsbox/api.h"
+#include "nsbox/seccomp.h"
 
 namespace nsbox {
 namespace {
@@ -116,11 +117,14 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
       out.status = "killed";
       out.error_type = "killed";
       // The supervisor's reason when it gave one (a foreign ABI call, a CPU
-      // counter that could no longer be read).
+      // counter that could no longer be read). A SIGSYS without one is the
+      // filter's only where it kills in the kernel; else the code sent it.
       out.error = "Execution was killed by " + signal_name(run.signal.value_or(SIGKILL)) +
-                  (!run.error.empty()     ? " (" + run.error + ")"
-                   : run.signal == SIGSYS ? " (a forbidden system call)"
-                                          : "");
+                  (!run.error.empty() ? " (" + run.error + ")"
+                   : run.signal == SIGSYS && spec.seccomp.kind == SeccompChoice::kAllowList &&
+                           !allow_list_notifies(spec.seccomp.allow)
+                       ? " (a forbidden system call)"
+                       : "");
       return;
     case RunStatus::kSetupError:
       out.status = "error";

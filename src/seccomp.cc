@@ -486,9 +486,7 @@ unsigned long namespace_flag_mask() {
 SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscalls) {
   SeccompProgram program;
   auto& rules = program.rules_;
-  // The workload offers its listener with sendmsg (offer_fd); without it
-  // it has no way to, and the filter has none.
-  program.notifies_ = std::find(syscalls.begin(), syscalls.end(), "sendmsg") != syscalls.end();
+  program.notifies_ = allow_list_notifies(syscalls);
   FilterCtx ctx = new_filter(program.notifies_ ? deny_action(EPERM) : SCMP_ACT_ERRNO(EPERM), "allow list", rules,
                              program.notifies_);
   rules.push_back({"(any)", "not in the allow list", "EPERM", "only what the profile allows"});

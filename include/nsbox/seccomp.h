@@ -4,6 +4,7 @@
 
 #include <linux/filter.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <set>
@@ -69,6 +70,14 @@ class SeccompProgram {
   std::vector<SeccompRuleInfo> rules_;
   bool notifies_ = true;
 };
+
+// Whether an allow list's filter notifies the supervisor of denied calls:
+// the workload offers its listener with sendmsg, so without it there is no
+// listener, and a call of another architecture kills the process in the
+// kernel (SIGSYS) instead of being answered.
+inline bool allow_list_notifies(const std::vector<std::string>& syscalls) {
+  return std::find(syscalls.begin(), syscalls.end(), "sendmsg") != syscalls.end();
+}
 
 // Loads prog into the calling thread. Async-signal-safe; returns 0 or errno.
 // The EPERM rules of every policy are SECCOMP_RET_USER_NOTIF: the supervisor

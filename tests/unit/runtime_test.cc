@@ -26,8 +26,17 @@ TEST(Outcome, KilledRunSaysWhyWhenTheSupervisorDid) {
   EXPECT_EQ(o.error, "Execution was killed by SIGKILL (stopped: the run's CPU time could no longer be read)");
 }
 
-TEST(Outcome, KilledBySeccompWithoutDetailNamesTheCause) {
-  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGSYS)).error, "Execution was killed by SIGSYS (a forbidden system call)");
+// Only a filter without a listener (an allow list without sendmsg) kills
+// in the kernel; under any other a SIGSYS with no word from the supervisor
+// is one the code sent (os.kill(os.getpid(), signal.SIGSYS)).
+TEST(Outcome, ASigsysIsBlamedOnTheFilterOnlyWhereTheFilterKillsInTheKernel) {
+  RunSpec quiet;
+  quiet.seccomp = SeccompChoice{.kind = SeccompChoice::kAllowList, .allow = {"read", "write", "exit_group"}};
+  EXPECT_EQ(outcome_of(quiet, killed_by(SIGSYS)).error, "Execution was killed by SIGSYS (a forbidden system call)");
+  RunSpec notifying = quiet;
+  notifying.seccomp.allow.push_back("sendmsg");
+  EXPECT_EQ(outcome_of(notifying, killed_by(SIGSYS)).error, "Execution was killed by SIGSYS");
+  EXPECT_EQ(outcome_of(RunSpec{}, killed_by(SIGSYS)).error, "Execution was killed by SIGSYS");
 }
 
 TEST(Outcome, KilledBySignalAloneNamesTheSignal) {
