@@ -28,6 +28,9 @@ int dev_null() {
 
 constexpr int kDiscardPipeBytes = 1 << 20;
 constexpr int kDiscardWakesPerPace = 16;
+// A read below the cap this short counts against the pace: a pipe read
+// while a byte-at-a-time writer fills it is one of these.
+constexpr ssize_t kSmallRead = 4096;
 
 // Moves what a pipe holds to /dev/null without copying it through this
 // process. Returns what splice(2) does; -1 with EINVAL for a source that is
@@ -48,15 +51,24 @@ ssize_t discard(int fd) {
 // same bytes a second when the pipe could not be made larger (a small one
 // takes more drops), and nsbox's cost bounded either way.
 void OutputCapture::pace_discarding(ssize_t discarded) {
+  if (window_full(discarded > 0 ? static_cast<uint64_t>(discarded) : 0)) rest_until_ = window_end_;
+}
+
+void OutputCapture::pace_small_reads(ssize_t n) {
+  if (n < kSmallRead && window_full(0)) rest_until_ = window_end_;
+}
+
+// Counts one wake and its bytes in the current pace window (a new one once
+// it has ended); true when the window has had its share.
+bool OutputCapture::window_full(uint64_t bytes) {
   const auto now = std::chrono::steady_clock::now();
   if (now >= window_end_) {
     window_end_ = now + kDiscardPace;
     window_bytes_ = 0;
-    window_drops_ = 0;
+    window_wakes_ = 0;
   }
-  if (discarded > 0) window_bytes_ += static_cast<uint64_t>(discarded);
-  if (window_bytes_ >= static_cast<uint64_t>(kDiscardPipeBytes) || ++window_drops_ >= kDiscardWakesPerPace)
-    rest_until_ = window_end_;
+  window_bytes_ += bytes;
+  return window_bytes_ >= static_cast<uint64_t>(kDiscardPipeBytes) || ++window_wakes_ >= kDiscardWakesPerPace;
 }
 
 void OutputCapture::on_readable() {
@@ -77,6 +89,7 @@ void OutputCapture::on_readable() {
     fd_.reset();
     return;
   }
+  pace_small_reads(n);
   const uint64_t room = cap_ > data_.size() ? cap_ - data_.size() : 0;
   const size_t keep = static_cast<size_t>(std::min<uint64_t>(room, static_cast<uint64_t>(n)));
   data_.append(buf, keep);

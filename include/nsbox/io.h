@@ -30,7 +30,9 @@ class OutputCapture {
   // Past the cap, what comes is dropped at a pace: about 1 MiB each
   // kDiscardPace, then the fd rests while the pipe fills and the writer
   // waits, so a run flooding its output cannot make nsbox spend as much
-  // CPU as the run.
+  // CPU as the run. Below the cap, small reads are paced alike (at most
+  // 16 in each kDiscardPace): a run writing a byte at a time would wake
+  // nsbox for each, and while the fd rests its bytes gather in the pipe.
   static constexpr std::chrono::milliseconds kDiscardPace{10};
   // Whether to leave the fd unread until rest_until().
   bool resting(std::chrono::steady_clock::time_point now) const { return now < rest_until_; }
@@ -41,12 +43,14 @@ class OutputCapture {
   uint64_t cap_;
   std::string data_;
   void pace_discarding(ssize_t discarded);
+  void pace_small_reads(ssize_t n);
+  bool window_full(uint64_t bytes);
 
   bool truncated_ = false;
   std::chrono::steady_clock::time_point rest_until_{};
   std::chrono::steady_clock::time_point window_end_{};  // of the current pace window
   uint64_t window_bytes_ = 0;
-  int window_drops_ = 0;
+  int window_wakes_ = 0;
 };
 
 // Whether fd has an event now, without waiting: data or end of file to
