@@ -115,15 +115,38 @@ class V1RunCgroup : public RunCgroup {
   bool counts_cpu_time() const override { return dir_of("cpuacct") != nullptr; }
   void kill_all() override { freeze_and_kill(dir_of("freezer"), dirs_); }
   int oom_events_fd() const override { return oom_events_.get(); }
-  // Has the kernel signal oom_events_fd() at every OOM kill in d (v1's
-  // notification: an eventfd and memory.oom_control, named to
-  // cgroup.event_control).
+  bool took_own_oom_event() override {
+    uint64_t events = 0;
+    if (::read(oom_events_.get(), &events, sizeof events) < 0 && errno != EAGAIN) oom_events_.reset();
+    // With the kernel's OOM killer off here, a process of the run that
+    // faults past the limit waits, and the cgroup stays under_oom until
+    // the supervisor ends the run. An OOM of a cgroup above clears the
+    // mark right after its notification, before its own OOM kill.
+    const int64_t under_oom = dir_of("memory")->keyed("memory.oom_control", "under_oom");
+    return under_oom != 0;  // unreadable (-1): ended all the same
+  }
+  std::string oom_watch_problem() const override { return oom_watch_problem_; }
+  // Has the kernel signal oom_events_fd() at every OOM in d or above it
+  // (v1's notification: an eventfd and memory.oom_control, named to
+  // cgroup.event_control), and turns its OOM killer off in d, so that a
+  // run out of memory is ended whole by the supervisor and never writes an
+  // OOM report to the host's kernel log. Where either is refused
+  // (PREEMPT_RT kernels, some container runtimes) the run goes without
+  // them, and says so.
   void watch_oom_kills(const CgroupDir& d) {
-    oom_events_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!oom_events_) throw SysError("eventfd", "OOM events of " + d.path, errno);
-    UniqueFd control(::openat(d.fd.get(), "memory.oom_control", O_RDONLY | O_CLOEXEC));
-    if (!control) throw SysError("open", d.path + "/memory.oom_control", errno);
-    d.write("cgroup.event_control", std::to_string(oom_events_.get()) + " " + std::to_string(control.get()));
+    try {
+      UniqueFd events(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      if (!events) throw SysError("eventfd", "OOM events of " + d.path, errno);
+      UniqueFd control(::openat(d.fd.get(), "memory.oom_control", O_RDONLY | O_CLOEXEC));
+      if (!control) throw SysError("open", d.path + "/memory.oom_control", errno);
+      d.write("cgroup.event_control", std::to_string(events.get()) + " " + std::to_string(control.get()));
+      d.write("memory.oom_control", "1");
+      oom_events_ = std::move(events);
+    } catch (const SysError& e) {
+      oom_watch_problem_ =
+          std::string("a child's OOM kill does not end the run: its cgroup's OOM events cannot be watched (") +
+          e.what() + ")";
+    }
   }
   bool set_cpu_weight(uint32_t weight) override {
     const CgroupDir* d = dir_of("cpu");
@@ -167,6 +190,7 @@ class V1RunCgroup : public RunCgroup {
   std::vector<CgroupDir> dirs_;          // one per directory, in creation order
   std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
   UniqueFd oom_events_;
+  std::string oom_watch_problem_;
 };
 
 }  // namespace

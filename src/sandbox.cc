@@ -437,7 +437,7 @@ Observation supervise(Watch w) {
       obs.cancelled = true;
       w.proc.kill();
     }
-    if (readable(i_oom) && !obs.oom_killed) {
+    if (readable(i_oom) && !obs.oom_killed && w.cgroup->took_own_oom_event()) {
       obs.oom_killed = true;
       w.proc.kill();
     }
@@ -1164,6 +1164,7 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
   // What the sandbox used while it waited (a warm sandbox's interpreter
   // start-up) is not the run's.
   const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->cpu_ms(), 0) : 0;
+  if (cgroup && !cgroup->oom_watch_problem().empty()) result.warnings.push_back(cgroup->oom_watch_problem());
   if (st.cpu_weight_lowered) {
     try {
       cgroup->set_cpu_weight(kDefaultCpuWeight);  // the run competes as an equal

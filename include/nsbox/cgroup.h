@@ -101,12 +101,20 @@ class RunCgroup {
   // hierarchy; every v2 cgroup has cpu.stat). Known without any I/O.
   virtual bool counts_cpu_time() const = 0;
   virtual void kill_all() = 0;
-  // An eventfd that turns readable when a process of the run is OOM-killed,
-  // where the kernel does not end the whole run at its first OOM kill by
-  // itself (v1; v2's memory.oom.group does): the supervisor then ends it,
-  // so that a run cannot OOM-kill its children over and over (each kill
-  // writes the host's kernel log). -1 when there is none to watch.
+  // An eventfd that turns readable at an OOM, where the kernel does not end
+  // the whole run at its first OOM kill by itself (v1; v2's
+  // memory.oom.group does): the supervisor then ends it, so that a run
+  // cannot OOM-kill its children over and over (each kill writes the
+  // host's kernel log). -1 when there is none to watch.
   virtual int oom_events_fd() const { return -1; }
+  // Once oom_events_fd() is readable: takes the event, and tells whether
+  // the run hit its own memory limit since the last one. The kernel also
+  // signals an OOM of a cgroup above the run's (a limit on nsbox's
+  // service), which is not the run's to end for.
+  virtual bool took_own_oom_event() { return false; }
+  // Why OOM kills are not watched where they should be ("" otherwise): a
+  // warning of the run's, which then goes on after a child's OOM kill.
+  virtual std::string oom_watch_problem() const { return ""; }
   // The run's share of CPU time against its siblings when the CPUs are
   // contended, in cgroup v2 units (1..10000; kDefaultCpuWeight is everyone's
   // default). False when the run's cgroup has no cpu controller. Throws

@@ -170,7 +170,7 @@ TEST_F(Cgroups, MemoryBombEndsAsOomWithoutHurtingTheHost) {
 // Before, on v1, the parent went on (67 kills in 5 s) and the run was ok.
 TEST_F(Cgroups, ARunEndsAtItsFirstOomKill) {
   RunSpec spec = capture_spec({"python3", "-c",
-                               "import os, sys\n"
+                               "import os\n"
                                "for i in range(20):\n"
                                "    pid = os.fork()\n"
                                "    if pid == 0:\n"
@@ -642,6 +642,52 @@ TEST_F(Cgroups, NsboxRunsThatEndLeaveNoCgroupTheyMadeBehind) {
   ::close(first_in);
   EXPECT_EQ(wait_cli(first), 0) << "the first run did not survive the second nsbox's end";
   EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
+}
+
+// v1's OOM notification also comes for an OOM of a cgroup above the run's
+// (a memory limit on nsbox's service, here on the test's own cgroup): a run
+// that did not hit its own limit goes on. The first version ended every
+// run below such a cgroup as oom when one of them took it over its limit.
+TEST_F(Cgroups, AnOomAboveTheRunsCgroupDoesNotEndTheRun) {
+  const CgroupHost& host = launcher().cgroup_host();
+  if (host.choose({"memory"}) != "v1" || !host.v1_self_dirs.contains("memory"))
+    GTEST_SKIP() << "the OOM notification is cgroup v1's";
+  OwnCgroup own(host);
+  std::string memory_dir;
+  for (const auto& dir : own.dirs())
+    if (dir.starts_with(host.v1_self_dirs.at("memory") + "/")) memory_dir = dir;
+  ASSERT_FALSE(memory_dir.empty());
+  std::ofstream(memory_dir + "/memory.limit_in_bytes") << (192 << 20);
+  const std::string marker = "sleep 1019";
+  int sleeper_in = -1, hog_in = -1;
+  const pid_t sleeper = nsbox_run_in(own.procs_files(), {"sh", "-c", marker + "; exit 0"}, &sleeper_in);
+  ::close(sleeper_in);
+  for (int i = 0; i < 500 && host_pids_with_cmdline(marker).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_FALSE(host_pids_with_cmdline(marker).empty()) << "the sleeping run did not start";
+  // 320 MiB, under the run's own 512 MiB but over the cgroup above it.
+  const pid_t hog = nsbox_run_in(
+      own.procs_files(),
+      {"python3", "-c", "chunks = [bytearray(8 << 20) for _ in range(40)]\nimport time\ntime.sleep(5)"}, &hog_in);
+  ::close(hog_in);
+  const int hog_status = wait_cli(hog);
+  EXPECT_NE(hog_status, 0) << "the hog was not OOM-killed";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a wrongly ended run would be gone by now
+  const std::vector<pid_t> sleeping = host_pids_with_cmdline(marker);
+  EXPECT_FALSE(sleeping.empty()) << "the OOM above ended the sleeping run";
+  for (pid_t p : sleeping) ::kill(p, SIGKILL);  // ends the sleeping run now
+  EXPECT_EQ(wait_cli(sleeper), 128 + SIGKILL);
+  // While the cgroup above is at its limit, a killed process can take over
+  // the second nsbox waits for it to exit (its run cgroup then stays for
+  // the next nsbox to remove): this test's cgroup is removed once its
+  // processes are gone.
+  auto any_process_left = [&] {
+    for (const auto& sub : own.subdirs_left())
+      for (const auto& run : dir_entries(sub))
+        if (run.starts_with("run-") && !slurp(sub + "/" + run + "/cgroup.procs").empty()) return true;
+    return false;
+  };
+  for (int i = 0; i < 500 && any_process_left(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 // On cgroup v2 a cgroup that holds another program's process cannot hand
