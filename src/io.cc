@@ -55,7 +55,12 @@ void OutputCapture::pace_discarding(ssize_t discarded) {
 }
 
 void OutputCapture::pace_small_reads(ssize_t n) {
-  if (n < kSmallRead && window_full(0)) rest_until_ = window_end_;
+  if (n >= kSmallRead || !window_full(0)) return;
+  rest_until_ = window_end_;
+  // A larger pipe keeps a writer of small pieces from waiting for the
+  // rest to end (its pages are the writer's, charged to the run).
+  if (!pipe_enlarged_) ::fcntl(fd_.get(), F_SETPIPE_SZ, kDiscardPipeBytes);
+  pipe_enlarged_ = true;
 }
 
 // Counts one wake and its bytes in the current pace window (a new one once

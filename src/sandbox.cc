@@ -341,11 +341,17 @@ Observation supervise(Watch w) {
     };
     // Output past its cap is read at OutputCapture's pace, not as it comes.
     const Clock::time_point now = Clock::now();
+    // A resting fd is still watched for its end (poll reports POLLHUP
+    // whatever was asked): once the writers are gone, what is left is read
+    // at once, and the run's end waits for no rest.
     auto add_capture = [&](OutputCapture* c) {
       if (!c || !c->open()) return -1;
-      if (!c->resting(now)) return add(c->fd());
-      shorten(ms_until(c->rest_until()));
-      return -1;
+      const int i = add(c->fd());
+      if (c->resting(now)) {
+        fds[i].events = 0;
+        shorten(ms_until(c->rest_until()));
+      }
+      return i;
     };
     int i_proc = init_running ? add(w.proc.pidfd()) : -1;
     int i_err = w.error_fd ? add(w.error_fd.get()) : -1;

@@ -47,6 +47,7 @@ class OutputCapture {
   bool window_full(uint64_t bytes);
 
   bool truncated_ = false;
+  bool pipe_enlarged_ = false;
   std::chrono::steady_clock::time_point rest_until_{};
   std::chrono::steady_clock::time_point window_end_{};  // of the current pace window
   uint64_t window_bytes_ = 0;
