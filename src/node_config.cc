@@ -233,7 +233,7 @@ void read_limits(const Field& f, NodeConfig& c) {
   if (auto v = map.get("client_timeout")) c.client_timeout = v->duration(milliseconds(100), milliseconds(600000));
   if (auto v = map.get("request_timeout")) c.request_timeout = v->duration(milliseconds(1000), milliseconds(3600000));
   if (auto v = map.get("grace_period")) c.grace_period = v->duration(milliseconds(0), milliseconds(3600000));
-  if (auto v = map.get("answer_grace")) c.answer_grace = v->duration(milliseconds(1000), milliseconds(3600000));
+  if (auto v = map.get("answer_grace")) c.answer_grace = v->duration(milliseconds(5000), milliseconds(3600000));
   if (auto v = map.get("pool_size")) c.pool_size = static_cast<uint32_t>(v->integer(0, kMaxPoolSize));
   if (auto v = map.get("pool_memory")) c.pool_memory = v->size(0, 1ull << 40);
 }

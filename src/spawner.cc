@@ -923,7 +923,8 @@ JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
   JobStreamReader stream;
   bool broken = false;  // said once
   bool cancelled = false;
-  bool killed = false;  // the worker, by the spawner, when it did not answer
+  bool killed = false;                     // the worker, by the spawner, when it did not answer
+  const char* waited_past = "time limit";  // what the grace was counted from when it was killed
   char buf[65536];
   for (;;) {
     pollfd fds[2] = {{mine.get(), POLLIN, 0}, {cancelled ? -1 : cancel_fd, POLLIN, 0}};
@@ -938,6 +939,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
                    format_duration(wait.grace), cancelled ? "cancel" : "time limit");
       ask_to_kill_worker(job_socket);
       killed = true;
+      if (cancelled) waited_past = "cancel";
       deadline = Clock::now() + kKilledWorkerWait;
       continue;
     }
@@ -964,7 +966,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
   auto result = stream.has_result() ? json::parse(stream.take_result_text(), nullptr, false) : json(nullptr);
   if ((result.is_discarded() || !result.is_object()) && killed)
     result = failure_result("The sandbox worker did not answer within " + format_duration(wait.grace) + " of the " +
-                            (cancelled ? "run's cancel" : "run's time limit") + ": it was killed");
+                            "run's " + waited_past + ": it was killed");
   else if (result.is_discarded() || !result.is_object())
     result = failure_result("The sandbox worker ended without a result");
   stream.fill_network(result);

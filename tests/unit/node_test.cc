@@ -171,7 +171,7 @@ TEST(NodeConfig, ErrorsNameFileLineColumnAndWhatIsWrong) {
       {std::string(kMinimal) + "limits:\n  max_concurrent: 0\n", "limits.max_concurrent"},
       {std::string(kMinimal) + "limits:\n  body_limit: 2MB\n", "limits.body_limit"},
       {std::string(kMinimal) + "limits:\n  request_timeout: 500ms\n", "limits.request_timeout"},
-      {std::string(kMinimal) + "limits:\n  answer_grace: 500ms\n", "limits.answer_grace"},
+      {std::string(kMinimal) + "limits:\n  answer_grace: 4s\n", "limits.answer_grace"},
       {std::string(kMinimal) + "log_level: loud\n", "unknown log level \"loud\""},
       {std::string(kMinimal) + "cors:\n  allow_origins: ['*']\n", "is not an origin like https://app.example.com"},
       {"tenants:\n  - name: a\n", "node.yaml:2:5: tenants[0]: missing key 'profile'"},
