@@ -125,29 +125,30 @@ class V1RunCgroup : public RunCgroup {
     const int64_t under_oom = dir_of("memory")->keyed("memory.oom_control", "under_oom");
     return under_oom != 0;  // unreadable (-1): ended all the same
   }
-  std::string oom_watch_problem() const override { return oom_watch_problem_; }
-  // Has the kernel signal oom_events_fd() at every OOM in d or above it
-  // (v1's notification: an eventfd and memory.oom_control, named to
-  // cgroup.event_control), and turns its OOM killer off in d, so that a
-  // run out of memory is ended whole by the supervisor and never writes an
-  // OOM report to the host's kernel log. Where either is refused
-  // (PREEMPT_RT kernels, some container runtimes) the run goes without
-  // them, and says so.
-  void watch_oom_kills(const CgroupDir& d) {
+  // Has the kernel signal oom_events_fd() at every OOM in the run's memory
+  // cgroup or above it (v1's notification: an eventfd and
+  // memory.oom_control, named to cgroup.event_control), and turns its OOM
+  // killer off there, so that a run out of memory is ended whole by the
+  // supervisor and never writes an OOM report to the host's kernel log.
+  // Refused on PREEMPT_RT kernels and by some container runtimes.
+  std::string watch_oom() override {
+    const CgroupDir* d = dir_of("memory");
+    if (!memory_limited_ || !d || oom_events_) return "";
     try {
       UniqueFd events(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-      if (!events) throw SysError("eventfd", "OOM events of " + d.path, errno);
-      UniqueFd control(::openat(d.fd.get(), "memory.oom_control", O_RDONLY | O_CLOEXEC));
-      if (!control) throw SysError("open", d.path + "/memory.oom_control", errno);
-      d.write("cgroup.event_control", std::to_string(events.get()) + " " + std::to_string(control.get()));
-      d.write("memory.oom_control", "1");
+      if (!events) throw SysError("eventfd", "OOM events of " + d->path, errno);
+      UniqueFd control(::openat(d->fd.get(), "memory.oom_control", O_RDONLY | O_CLOEXEC));
+      if (!control) throw SysError("open", d->path + "/memory.oom_control", errno);
+      d->write("cgroup.event_control", std::to_string(events.get()) + " " + std::to_string(control.get()));
+      d->write("memory.oom_control", "1");
       oom_events_ = std::move(events);
+      return "";
     } catch (const SysError& e) {
-      oom_watch_problem_ =
-          std::string("a child's OOM kill does not end the run: its cgroup's OOM events cannot be watched (") +
-          e.what() + ")";
+      return std::string("a child's OOM kill does not end the run: its cgroup's OOM events cannot be watched (") +
+             e.what() + ")";
     }
   }
+  void set_memory_limited() { memory_limited_ = true; }
   bool set_cpu_weight(uint32_t weight) override {
     const CgroupDir* d = dir_of("cpu");
     if (!d) return false;
@@ -190,7 +191,7 @@ class V1RunCgroup : public RunCgroup {
   std::vector<CgroupDir> dirs_;          // one per directory, in creation order
   std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
   UniqueFd oom_events_;
-  std::string oom_watch_problem_;
+  bool memory_limited_ = false;
 };
 
 }  // namespace
@@ -224,7 +225,7 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
     // quarter of it (v2 charges them to memory.current, within it).
     if (d.has("memory.kmem.tcp.limit_in_bytes"))
       d.write("memory.kmem.tcp.limit_in_bytes", std::to_string(limits.memory_bytes / 4));
-    cg->watch_oom_kills(d);
+    cg->set_memory_limited();
   }
   if (limits.cpus > 0) {
     const CgroupDir& d = cg->needed("cpu");

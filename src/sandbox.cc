@@ -1170,7 +1170,9 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
   // What the sandbox used while it waited (a warm sandbox's interpreter
   // start-up) is not the run's.
   const int64_t cpu_baseline = cgroup && !started ? std::max<int64_t>(cgroup->cpu_ms(), 0) : 0;
-  if (cgroup && !cgroup->oom_watch_problem().empty()) result.warnings.push_back(cgroup->oom_watch_problem());
+  if (cgroup) {
+    if (std::string problem = cgroup->watch_oom(); !problem.empty()) result.warnings.push_back(std::move(problem));
+  }
   if (st.cpu_weight_lowered) {
     try {
       cgroup->set_cpu_weight(kDefaultCpuWeight);  // the run competes as an equal

@@ -112,9 +112,13 @@ class RunCgroup {
   // signals an OOM of a cgroup above the run's (a limit on nsbox's
   // service), which is not the run's to end for.
   virtual bool took_own_oom_event() { return false; }
-  // Why OOM kills are not watched where they should be ("" otherwise): a
-  // warning of the run's, which then goes on after a child's OOM kill.
-  virtual std::string oom_watch_problem() const { return ""; }
+  // Starts what oom_events_fd() needs, when the supervisor starts watching
+  // the run (not before: a warm sandbox's interpreter starting up is left
+  // to the kernel's OOM killer, so that a start that runs out of memory
+  // fails instead of waiting). Returns why it cannot ("" when it does, or
+  // need not): a warning of the run's, which then goes on after a child's
+  // OOM kill as the kernel leaves it.
+  virtual std::string watch_oom() { return ""; }
   // The run's share of CPU time against its siblings when the CPUs are
   // contended, in cgroup v2 units (1..10000; kDefaultCpuWeight is everyone's
   // default). False when the run's cgroup has no cpu controller. Throws

@@ -351,6 +351,25 @@ TEST(PoolRefill, ARunnerThatDiesStartingIsRetriedWithBackoff) {
   EXPECT_LE(tries, 8u) << node.log();
 }
 
+// A warm sandbox whose interpreter runs out of memory while it starts ends
+// and is retried, as any that dies starting: the kernel's OOM killer is
+// left on in its cgroup until a run is handed to it (on v1 nsbox then
+// turns it off and ends the run itself, and turned on from the start it
+// left Node waiting at its limit, never ready, the pool's slot held).
+TEST(PoolRefill, AnInterpreterThatRunsOutOfMemoryStartingIsRetried) {
+  TempDir dir;
+  dir.write("sitecustomize.py", "held = bytearray(64 << 20)\n");  // at every Python start
+  const std::string profile = dir.write("hungry.yaml",
+                                        "name: hungry\nextends: default\nenv: {PYTHONPATH: /site}\n"
+                                        "limits:\n  memory: 32MiB\nfilesystem:\n  mounts:\n    - {source: " +
+                                            dir.path() + ", target: /site}\n");
+  NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string why = "a warm python sandbox of profile hungry ended before it served a run";
+  for (int i = 0; i < 500 && node.log().find(why) == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_NE(node.log().find(why), std::string::npos) << node.log();
+}
+
 // The CPU weight file of the cgroup host process pid is in (v2 cpu.weight,
 // v1 cpu.shares).
 std::optional<WeightFile> cpu_weight_file_of(pid_t pid) {
