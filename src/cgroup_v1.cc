@@ -96,6 +96,9 @@ class V1RunCgroup : public RunCgroup {
       u.peak_memory_bytes = d->number("memory.max_usage_in_bytes");
       int64_t oom = d->keyed("memory.oom_control", "oom_kill");
       u.oom_kills = oom > 0 ? static_cast<uint64_t>(oom) : 0;
+      // With its OOM killer off (watch_oom), the kernel kills in the run's
+      // cgroup only for an OOM above it.
+      u.oom_from_above = kills_at_watch_ >= 0 && oom > kills_at_watch_;
     }
     if (const CgroupDir* d = dir_of("pids")) {
       int64_t hits = d->keyed("pids.events", "max");
@@ -141,6 +144,7 @@ class V1RunCgroup : public RunCgroup {
       if (!control) throw SysError("open", d->path + "/memory.oom_control", errno);
       d->write("cgroup.event_control", std::to_string(events.get()) + " " + std::to_string(control.get()));
       d->write("memory.oom_control", "1");
+      kills_at_watch_ = std::max<int64_t>(d->keyed("memory.oom_control", "oom_kill"), 0);
       oom_events_ = std::move(events);
       return "";
     } catch (const SysError& e) {
@@ -191,6 +195,7 @@ class V1RunCgroup : public RunCgroup {
   std::vector<CgroupDir> dirs_;          // one per directory, in creation order
   std::map<std::string, size_t> index_;  // controller -> its entry in dirs_
   UniqueFd oom_events_;
+  int64_t kills_at_watch_ = -1;  // memory.oom_control's oom_kill when watch_oom turned the killer off
   bool memory_limited_ = false;
 };
 

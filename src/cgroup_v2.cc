@@ -110,6 +110,9 @@ class V2RunCgroup : public RunCgroup {
     u.peak_memory_bytes = read_number(dir_ + "/memory.peak");
     int64_t oom = read_keyed(dir_ + "/memory.events", "oom_kill");
     u.oom_kills = oom > 0 ? static_cast<uint64_t>(oom) : 0;
+    // "oom" counts the times the run's own limit ran out; kills without
+    // one were for an OOM above it.
+    u.oom_from_above = u.oom_kills > 0 && read_keyed(dir_ + "/memory.events", "oom") == 0;
     int64_t pids_max = read_keyed(dir_ + "/pids.events", "max");
     u.pids_limit_hits = pids_max > 0 ? static_cast<uint64_t>(pids_max) : 0;
     int64_t throttled = read_keyed(dir_ + "/cpu.stat", "nr_throttled");

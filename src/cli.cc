@@ -331,8 +331,10 @@ int run_command(const RunOptions& opt) {
                       : "time limit of " + format_duration(spec.limits.wall_time))
               << " reached; sandbox killed" << std::endl;
   } else if (result.status == RunStatus::kOom) {
-    std::cerr << "nsbox: memory limit of " << format_size(spec.limits.cgroup.memory_bytes) << " reached; sandbox killed"
-              << std::endl;
+    std::cerr << "nsbox: "
+              << (result.error.empty() ? "memory limit of " + format_size(spec.limits.cgroup.memory_bytes) + " reached"
+                                       : result.error)
+              << "; sandbox killed" << std::endl;
   }
   return result.exit_code;
 }

@@ -140,6 +140,22 @@ void write_full(int fd, std::string_view data, const char* step, const char* obj
   }
 }
 
+bool write_full_before(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline, const char* step,
+                       const char* object) {
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || errno != EAGAIN) throw SysError(step, object, n < 0 ? errno : EPIPE);
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, ms_until(deadline)) == 0) return false;
+  }
+  return true;
+}
+
 std::string resolved_or_as_is(const std::string& path) {
   char resolved[PATH_MAX];
   return ::realpath(path.c_str(), resolved) ? std::string(resolved) : path;

@@ -111,7 +111,9 @@ void describe_failure(const RunSpec& spec, const Result& run, ExecOutcome& out) 
       out.status = "oom";
       out.error_type = "oom";
       out.error =
-          "Execution ran out of memory (limit " + std::to_string(spec.limits.cgroup.memory_bytes >> 20) + " MiB)";
+          "Execution ran out of memory (" +
+          (run.error.empty() ? "limit " + std::to_string(spec.limits.cgroup.memory_bytes >> 20) + " MiB" : run.error) +
+          ")";
       return;
     case RunStatus::kKilled:
       out.status = "killed";

@@ -514,13 +514,17 @@ void fill_outcome(const Observation& obs, Result& r) {
 }
 
 // The cgroup's figures are the run's: every process, even those PID 1 never
-// reaped. An OOM kill turns a killed run into status oom.
+// reaped. An OOM kill turns a killed run into status oom; one for memory
+// that ran out above the run says so, since its own limit was not hit.
 void apply_cgroup_usage(const CgroupUsage& usage, Result& r) {
   if (usage.cpu_ms >= 0) r.cpu_ms = usage.cpu_ms;
   r.peak_memory_bytes = usage.peak_memory_bytes;
   if (usage.oom_kills > 0) {
-    r.limits_hit.push_back("memory");
-    if (r.status == RunStatus::kKilled || r.status == RunStatus::kExitNonzero) r.status = RunStatus::kOom;
+    if (!usage.oom_from_above) r.limits_hit.push_back("memory");
+    if (r.status == RunStatus::kKilled || r.status == RunStatus::kExitNonzero) {
+      r.status = RunStatus::kOom;
+      if (usage.oom_from_above) r.error = kOomFromAbove;
+    }
   }
   if (usage.pids_limit_hits > 0) r.limits_hit.push_back("pids");
   if (usage.cpu_throttled > 0) r.limits_hit.push_back("cpu");
@@ -1227,7 +1231,10 @@ Result PreparedRun::finish(std::optional<std::string> stdin_data, std::chrono::m
       CgroupUsage usage = cgroup->usage();
       // Told of the OOM (v1), the supervisor ended the run at once: the
       // OOM killer may not have got to count a kill of its own.
-      if (obs.oom_killed) usage.oom_kills = std::max<uint64_t>(usage.oom_kills, 1);
+      if (obs.oom_killed) {
+        usage.oom_kills = std::max<uint64_t>(usage.oom_kills, 1);
+        usage.oom_from_above = false;  // its own: the notification came with under_oom set
+      }
       if (usage.cpu_ms >= 0) usage.cpu_ms = std::max<int64_t>(usage.cpu_ms - cpu_baseline, 0);
       if (usage.cpu_ms < 0 && obs.ended_with_report)  // PID 1's rusage was not waited for either
         result.warnings.push_back("cpu_ms unknown: the cgroup's CPU counter could not be read at the end of the run");

@@ -92,29 +92,6 @@ ControlMessage receive_control(int control) {
   return m;
 }
 
-// For poll: the milliseconds left until deadline, rounded up, at least 0.
-int milliseconds_until(std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, INT_MAX));
-}
-
-// Writes data to a stream socket whole, unless deadline passes first
-// (false); a peer that is gone or any other error throws.
-bool write_before(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline) {
-  while (!data.empty()) {
-    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (n > 0) {
-      data.remove_prefix(static_cast<size_t>(n));
-      continue;
-    }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN) throw SysError("send job", "job socket", errno);
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, milliseconds_until(deadline)) == 0) return false;
-  }
-  return true;
-}
-
 ino_t inode_of(int fd) {
   struct stat st {};
   return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
@@ -918,7 +895,8 @@ JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
   Clock::time_point deadline = Clock::now() + wait.run_time + wait.grace;
   // The job is written with the same deadline: a stopped worker's socket
   // buffer fills up.
-  if (!write_before(mine.get(), header, deadline) || !write_before(mine.get(), text, deadline))
+  if (!write_full_before(mine.get(), header, deadline, "send job", "job socket") ||
+      !write_full_before(mine.get(), text, deadline, "send job", "job socket"))
     deadline = Clock::now();  // the worker did not take its job in all that time
   JobStreamReader stream;
   bool broken = false;  // said once
@@ -928,7 +906,7 @@ JobResult Spawner::run(const Job& job, int cancel_fd, AnswerWait wait) const {
   char buf[65536];
   for (;;) {
     pollfd fds[2] = {{mine.get(), POLLIN, 0}, {cancelled ? -1 : cancel_fd, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, milliseconds_until(deadline));
+    const int ready = ::poll(fds, 2, ms_until(deadline));
     if (ready < 0) {
       if (errno == EINTR) continue;
       throw SysError("poll", "job socket", errno);

@@ -66,6 +66,10 @@ struct CgroupUsage {
   int64_t cpu_ms = -1;  // -1: unknown
   int64_t peak_memory_bytes = -1;
   uint64_t oom_kills = 0;
+  // The kills were the kernel's for memory that ran out above the run's
+  // cgroup (on the host, or in a cgroup that holds nsbox): the run's own
+  // limit was not reached.
+  bool oom_from_above = false;
   uint64_t pids_limit_hits = 0;
   uint64_t cpu_throttled = 0;  // periods in which the run was throttled
 };

@@ -69,6 +69,10 @@ size_t read_full(int fd, void* buf, size_t size);
 // peer that is gone. A socket never raises SIGPIPE (MSG_NOSIGNAL); a pipe
 // does unless the caller ignores it (the node and the spawner do).
 void write_full(int fd, std::string_view data, const char* step, const char* object);
+// The same on a stream socket that may stay full (a stopped reader): false
+// when deadline passes before all of data is written.
+bool write_full_before(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline, const char* step,
+                       const char* object);
 
 // path with its symlinks resolved (realpath), or path as it is when that
 // fails (it does not exist yet, a component cannot be searched).

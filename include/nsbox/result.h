@@ -56,6 +56,12 @@ struct Result {
   int cli_exit_code() const { return exit_code; }
 };
 
+// The error of a run whose processes the kernel killed for memory that ran
+// out outside it (status oom, "memory" not in limits_hit).
+inline constexpr const char* kOomFromAbove =
+    "memory ran out above the run (on the host, or in a cgroup that holds nsbox) and the kernel's OOM killer "
+    "chose this run; its own memory limit was not reached";
+
 nlohmann::ordered_json to_json(const Result& result);
 nlohmann::ordered_json to_json(const EgressConnection& connection);
 // The last line of the network section's `denials` once a run's requests

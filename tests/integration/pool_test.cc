@@ -65,7 +65,7 @@ TEST_P(Pool, WarmRunsAnswerInBothLanguages) {
   EXPECT_EQ(js["return"], 42) << js.dump();
   EXPECT_EQ(js["pool"], "warm");
   EXPECT_EQ(metric(node_, "nsbox_pool_hits_total"), 2);
-  ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+  ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << node_.log();
   EXPECT_GT(metric(node_, "nsbox_pool_idle_memory_bytes"), 2 << 20) << "what the waiting interpreters hold";
 }
 
@@ -121,13 +121,13 @@ TEST_P(Pool, NothingCrossesFromOneRunToTheNext) {
   for (int i = 0; i < 2; ++i) {
     json first = run_v1(node_, leave);
     ASSERT_EQ(first["return"], "left") << first.dump();
-    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << node_.log();
     json next = run_v1(node_, look);
     EXPECT_EQ(next["pool"], "warm");
     // No file, no variable, no module state, one thread; PID 1 and the
     // runner only.
     EXPECT_EQ(next["return"], json({false, false, false, 1, 2})) << next.dump();
-    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2));
+    ASSERT_TRUE(wait_metric(node_, "nsbox_pool_idle", 2)) << node_.log();
   }
 }
 
@@ -169,10 +169,10 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
   const std::string profile = dir.write("p.yaml", "name: p\nextends: default\nenv: {STAMP: one}\n" + forked);
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
   ASSERT_TRUE(node.ready()) << node.log();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
   const std::string code = "import os\ndef main(args):\n    return os.environ['STAMP']";
   EXPECT_EQ(run_v1(node, code)["return"], "one");
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
   const std::vector<pid_t> zygotes = fork_servers_of(node.pid());
   EXPECT_EQ(zygotes.size(), GetParam() ? 1u : 0u);
   // A run in flight while its profile changes ends normally: a fork server
@@ -188,7 +188,7 @@ TEST_P(PoolReload, RetiresSandboxesOfAChangedProfile) {
   // flight was not idle, and its replacement may still have been starting.
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_retired_total", 1)) << node.log();
   EXPECT_EQ(slow["return"], "s") << slow.dump();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2));
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
   json r = run_v1(node, code);
   EXPECT_EQ(r["return"], "two") << r.dump();
   EXPECT_EQ(r["pool"], "warm");
@@ -327,16 +327,21 @@ TEST(PoolRefill, ASandboxThatCannotStartIsRetriedWithBackoff) {
   EXPECT_NE(r.dump().find("nonexistent-rootfs"), std::string::npos) << r.dump();
 }
 
+// A profile NAME, the default one whose Python starts with CODE as its
+// sitecustomize.py (from dir, mounted at /site), and EXTRA_YAML.
+std::string profile_with_sitecustomize(const TempDir& dir, const std::string& name, const std::string& code,
+                                       const std::string& extra_yaml = "") {
+  dir.write("sitecustomize.py", code);
+  return dir.write(name + ".yaml", "name: " + name + "\nextends: default\nenv: {PYTHONPATH: /site}\n" + extra_yaml +
+                                       "filesystem:\n  mounts:\n    - {source: " + dir.path() + ", target: /site}\n");
+}
+
 // The same for a sandbox that is built but whose runner dies in its
 // start-up (here by a sitecustomize.py): it must not count as ready, or it
 // would be replaced at once, again and again.
 TEST(PoolRefill, ARunnerThatDiesStartingIsRetriedWithBackoff) {
   TempDir dir;
-  dir.write("sitecustomize.py", "import os\nos._exit(3)\n");
-  const std::string profile = dir.write("dying.yaml",
-                                        "name: dying\nextends: default\nenv: {PYTHONPATH: /site}\n"
-                                        "filesystem:\n  mounts:\n    - {source: " +
-                                            dir.path() + ", target: /site}\n");
+  const std::string profile = profile_with_sitecustomize(dir, "dying", "import os\nos._exit(3)\n");
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
   ASSERT_TRUE(node.ready()) << node.log();
   ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // JavaScript's
@@ -358,11 +363,8 @@ TEST(PoolRefill, ARunnerThatDiesStartingIsRetriedWithBackoff) {
 // left Node waiting at its limit, never ready, the pool's slot held).
 TEST(PoolRefill, AnInterpreterThatRunsOutOfMemoryStartingIsRetried) {
   TempDir dir;
-  dir.write("sitecustomize.py", "held = bytearray(64 << 20)\n");  // at every Python start
-  const std::string profile = dir.write("hungry.yaml",
-                                        "name: hungry\nextends: default\nenv: {PYTHONPATH: /site}\n"
-                                        "limits:\n  memory: 32MiB\nfilesystem:\n  mounts:\n    - {source: " +
-                                            dir.path() + ", target: /site}\n");
+  const std::string profile =  // 64 MiB at every Python start
+      profile_with_sitecustomize(dir, "hungry", "held = bytearray(64 << 20)\n", "limits:\n  memory: 32MiB\n");
   NodeProcess node("tenants:\n  - {name: t, profile: " + profile + "}\ndefault_tenant: t\nlimits:\n  pool_size: 1\n");
   ASSERT_TRUE(node.ready()) << node.log();
   const std::string why = "a warm python sandbox of profile hungry ended before it served a run";
@@ -424,18 +426,14 @@ TEST(PoolRefill, AForkedSandboxSetsUpAtTheDefaultCpuWeight) {
 // they are ready if /site/die is there too. One that waits says so in its
 // /tmp.
 std::string gated_profile(const TempDir& dir) {
-  dir.write("sitecustomize.py",
-            "import os, time\n"
-            "if not os.path.exists('/site/go'):\n"
-            "    open('/tmp/gated', 'w').close()\n"
-            "    for _ in range(1200):\n"
-            "        if os.path.exists('/site/go'): break\n"
-            "        time.sleep(0.05)\n"
-            "    if os.path.exists('/site/die'): os._exit(3)\n");
-  return dir.write("gated.yaml",
-                   "name: gated\nextends: default\nenv: {PYTHONPATH: /site}\n"
-                   "filesystem:\n  mounts:\n    - {source: " +
-                       dir.path() + ", target: /site}\n");
+  return profile_with_sitecustomize(dir, "gated",
+                                    "import os, time\n"
+                                    "if not os.path.exists('/site/go'):\n"
+                                    "    open('/tmp/gated', 'w').close()\n"
+                                    "    for _ in range(1200):\n"
+                                    "        if os.path.exists('/site/go'): break\n"
+                                    "        time.sleep(0.05)\n"
+                                    "    if os.path.exists('/site/die'): os._exit(3)\n");
 }
 
 // The runner of the node's one warm Python sandbox, once it waits at the
@@ -571,7 +569,7 @@ TEST_P(PoolLeaks, ManyPooledRunsLeaveNothingBehind) {
   NodeProcess node("tenants:\n  - {name: t, profile: " + pool_profile(dir, GetParam()) +
                    "}\ndefault_tenant: t\nlimits:\n  pool_size: 2\n");
   ASSERT_TRUE(node.ready()) << node.log();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 4));
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 4)) << node.log();
   const auto orphans_before = orphaned_run_cgroups();
   std::atomic<int> next{0}, failures{0};
   std::vector<std::thread> threads;
