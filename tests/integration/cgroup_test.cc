@@ -644,6 +644,14 @@ TEST_F(Cgroups, NsboxRunsThatEndLeaveNoCgroupTheyMadeBehind) {
   EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
 }
 
+// The path of pid's cgroup v2 ("0::PATH" in /proc/PID/cgroup).
+std::string v2_path_of(pid_t pid) {
+  std::istringstream lines(slurp("/proc/" + std::to_string(pid) + "/cgroup"));
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("0::")) return line.substr(3);
+  return "";
+}
+
 // An OOM of a cgroup above the runs' (a memory limit on nsbox's service,
 // here on the test's own cgroup) ends only the run the kernel killed in,
 // which is told that its own limit was not reached; another run goes on.
@@ -665,7 +673,8 @@ TEST_F(Cgroups, AnOomAboveTheRunsCgroupEndsOnlyTheRunItKilledAndSaysSo) {
   std::ofstream(limit_file) << (192 << 20);
   const std::string marker = "sleep 1019";
   int sleeper_in = -1, hog_in = -1;
-  const pid_t sleeper = nsbox_run_in(own.procs_files(), {"sh", "-c", marker + "; exit 0"}, &sleeper_in);
+  // The marker is in the sleep's command line only, not in nsbox's.
+  const pid_t sleeper = nsbox_run_in(own.procs_files(), {"sh", "-c", "n=1019; exec sleep $n"}, &sleeper_in);
   ::close(sleeper_in);
   for (int i = 0; i < 500 && host_pids_with_cmdline(marker).empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -673,13 +682,20 @@ TEST_F(Cgroups, AnOomAboveTheRunsCgroupEndsOnlyTheRunItKilledAndSaysSo) {
   // 320 MiB, under the run's own 512 MiB but over the cgroup above it.
   TempDir scratch;
   const std::string hog_err = scratch.path() + "/hog.err";
-  const pid_t hog =
-      nsbox_run_in(own.procs_files(version == "v2" ? "nsbox-supervisor" : ""),
-                   {"python3", "-c", "chunks = [bytearray(8 << 20) for _ in range(40)]\nimport time\ntime.sleep(5)"},
-                   &hog_in, hog_err);
+  // On v2 the sleeper's nsbox has left the test's cgroup for a leaf below
+  // it (no process may sit beside the runs' cgroups): the hog joins it there.
+  std::vector<std::string> hog_procs = own.procs_files();
+  if (version == "v2") {
+    for (auto& file : hog_procs)
+      if (file.starts_with(host.v2_self_dir + "/")) file = *host.v2_mount + v2_path_of(sleeper) + "/cgroup.procs";
+  }
+  const pid_t hog = nsbox_run_in(
+      hog_procs, {"python3", "-c", "chunks = [bytearray(8 << 20) for _ in range(40)]\nimport time\ntime.sleep(5)"},
+      &hog_in, hog_err);
   ::close(hog_in);
   const int hog_status = wait_cli(hog);
-  EXPECT_EQ(hog_status, 128 + SIGKILL) << "the hog was not OOM-killed: " << slurp(hog_err);
+  EXPECT_EQ(hog_status, 128 + SIGKILL) << "the hog was not OOM-killed: " << slurp(hog_err) << " (it joined "
+                                       << joined(hog_procs) << ")";
   EXPECT_NE(slurp(hog_err).find("nsbox: memory ran out above the run"), std::string::npos) << slurp(hog_err);
   EXPECT_EQ(slurp(hog_err).find("memory limit of"), std::string::npos) << "told its own limit was reached";
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a wrongly ended run would be gone by now
