@@ -142,7 +142,8 @@ std::string Metrics::render(const Gauges& g) const {
          g.answers_reset);
   single(out, "nsbox_sandbox_failures_total", "counter",
          "Runs that got no sandbox: its set-up failed, or its worker died (error_type sandbox).", g.sandbox_failures);
-  single(out, "nsbox_oom_kills_total", "counter", "Runs killed for exceeding their memory limit.", oom_kills_);
+  single(out, "nsbox_oom_kills_total", "counter", "Runs ended out of memory (their limit, or memory above them).",
+         oom_kills_);
   single(out, "nsbox_timeouts_total", "counter", "Runs killed at their wall-clock or CPU deadline.", timeouts_);
   family(out, "nsbox_rejected_requests_total", "counter", "Requests refused before any sandbox, by reason.");
   for (const char* reason :

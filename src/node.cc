@@ -747,7 +747,21 @@ const TenantConfig* Node::authenticate(const NodeConfig& cfg, const ListenerConf
     if (!t) why = "unauthorized: send Authorization: Bearer <token>";
     return t;
   }
-  if (!is_bearer(req.get_header_value("Authorization"))) {
+  // Empty credentials are refused, never taken as none: a client whose
+  // token is unset must not run as a listener's anonymous tenant.
+  const std::string value = req.get_header_value("Authorization");
+  if (value.find_first_not_of(" \t") == std::string::npos) {
+    why = "unauthorized: the Authorization header is empty; send Authorization: Bearer <token>";
+    return nullptr;
+  }
+  // "Bearer " arrives as "Bearer": the header's trailing space is not its.
+  const bool scheme_only =
+      value.size() + 1 == kBearer.size() && ::strncasecmp(value.data(), kBearer.data(), value.size()) == 0;
+  if (scheme_only || (is_bearer(value) && value.find_first_not_of(" \t", kBearer.size()) == std::string::npos)) {
+    why = "unauthorized: the Bearer token is empty";
+    return nullptr;
+  }
+  if (!is_bearer(value)) {
     why = "unauthorized: only Authorization: Bearer <token> is accepted";
     return nullptr;
   }

@@ -727,6 +727,15 @@ TEST_F(NodeWithTenants, TokensSelectTheTenantAndUnknownOnesAre401) {
   r = post(c, "/run", body, {{"Authorization", "Basic YWNtZTp4"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+  // Empty credentials (a client whose token is unset) are named as such.
+  r = post(c, "/run", body, {{"Authorization", ""}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("the Authorization header is empty"), std::string::npos) << r->body;
+  r = post(c, "/run", body, {{"Authorization", "Bearer "}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("the Bearer token is empty"), std::string::npos) << r->body;
   r = post(c, "/v1/runs", body, {{"Authorization", "Bearer acme-token-0123456789abcdef"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
