@@ -588,9 +588,17 @@ TEST_F(ForkServer, AWorkerThatStallsMidForkHoldsItsForkServerAtMostTenSeconds) {
   ASSERT_TRUE(traced) << "strace did not attach to the spawner within 10 s";
   // Takes the warm sandbox: the refill's worker is stopped mid-fork.
   EXPECT_EQ(run_as(node_, "def main(args):\n    return 1", true).value("return", json()), 1);
+  // Stopped for good, not caught in one of the syscall stops strace makes
+  // every traced process pass through (one was taken for it in the slow
+  // guest, and later found running).
+  auto stays_stopped = [&](pid_t pid) {
+    for (int i = 0; i < 20; ++i, std::this_thread::sleep_for(50ms))
+      if (state_of(pid) != 't' && state_of(pid) != 'T') return false;
+    return true;
+  };
   for (int i = 0; i < 1500 && stalled < 0; ++i, std::this_thread::sleep_for(20ms))
     for (pid_t child : children_of(spawner))
-      if (state_of(child) == 't' || state_of(child) == 'T') stalled = child;
+      if ((state_of(child) == 't' || state_of(child) == 'T') && stays_stopped(child)) stalled = child;
   // What each process was doing, should this fail again (it did once, under
   // a loaded ctest -j2, for a reason not yet known).
   auto states = [&] {
