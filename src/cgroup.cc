@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -287,13 +288,22 @@ bool run_owner_alive(const std::string& run_name) {
   return process_start_time(pid) == start;
 }
 
-void remove_when_empty(const std::string& dir) {
-  for (int i = 0; i < 500; ++i) {
-    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT || errno != EBUSY) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+bool remove_when_empty(const std::string& dir, std::chrono::milliseconds wait) {
+  constexpr auto kStep = std::chrono::milliseconds(2);
+  for (auto waited = std::chrono::milliseconds(0);; waited += kStep) {
+    if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return true;
+    if (errno != EBUSY) return false;
+    if (waited >= wait) return false;
+    std::this_thread::sleep_for(kStep);
     for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
   }
 }
+
+namespace {
+std::atomic<bool> left_behind{false};
+}  // namespace
+
+void note_run_cgroup_left_behind() { left_behind = true; }
 
 }  // namespace cgroup_internal
 
@@ -460,7 +470,14 @@ std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::
   throw SysError("cgroup", "no usable cgroup hierarchy", ENOENT);
 }
 
-int remove_stale_run_cgroups(const CgroupHost& host) { return remove_stale_v2(host) + remove_stale_v1(host); }
+StaleSweep remove_stale_run_cgroups(const CgroupHost& host, std::chrono::milliseconds wait) {
+  StaleSweep sweep;
+  remove_stale_v2(host, wait, sweep);
+  remove_stale_v1(host, wait, sweep);
+  return sweep;
+}
+
+bool run_cgroup_left_behind() { return left_behind; }
 
 namespace {
 

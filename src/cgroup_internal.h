@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,8 +39,13 @@ std::string own_pid_namespace();
 bool run_owner_alive(const std::string& run_name);
 
 // rmdir of a run cgroup, retried (killing stragglers) while the kernel still
-// counts exiting members: about a second at most.
-void remove_when_empty(const std::string& dir);
+// counts exiting members, for up to `wait`. False when the directory is
+// still there: a member SIGKILL has not ended (stuck in the kernel).
+bool remove_when_empty(const std::string& dir, std::chrono::milliseconds wait);
+
+// Notes that a run cgroup of this process could not be removed
+// (run_cgroup_left_behind() tells).
+void note_run_cgroup_left_behind();
 
 // A run cgroup's directory, held open: its files are opened relative to it,
 // so no read or write walks the whole path from / again.
@@ -94,7 +100,7 @@ std::unique_ptr<RunCgroup> create_v2_run_cgroup(const CgroupHost& host, const Cg
                                                 const std::string& run_name);
 std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const CgroupLimits& limits,
                                                 const std::string& run_name);
-int remove_stale_v2(const CgroupHost& host);
-int remove_stale_v1(const CgroupHost& host);
+void remove_stale_v2(const CgroupHost& host, std::chrono::milliseconds wait, StaleSweep& sweep);
+void remove_stale_v1(const CgroupHost& host, std::chrono::milliseconds wait, StaleSweep& sweep);
 
 }  // namespace nsbox

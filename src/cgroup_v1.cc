@@ -54,17 +54,22 @@ void freeze_and_kill(const CgroupDir* freezer, const std::vector<CgroupDir>& dir
 
 // Removes a run's directories. An empty run (the usual case: PID 1 is gone)
 // takes one rmdir per hierarchy; members left are frozen and killed first.
-void remove_dirs(const std::vector<CgroupDir>& dirs, const CgroupDir* freezer) {
+// False when a directory is still there after `wait`.
+bool remove_dirs(const std::vector<CgroupDir>& dirs, const CgroupDir* freezer,
+                 std::chrono::milliseconds wait = std::chrono::seconds(1)) {
   bool all_removed = true;
   for (const auto& dir : dirs) all_removed &= ::rmdir(dir.path.c_str()) == 0 || errno == ENOENT;
-  if (all_removed) return;
+  if (all_removed) return true;
   freeze_and_kill(freezer, dirs);
-  for (const auto& dir : dirs) remove_when_empty(dir.path);
+  for (const auto& dir : dirs) all_removed = remove_when_empty(dir.path, wait) && all_removed;
+  return all_removed;
 }
 
 class V1RunCgroup : public RunCgroup {
  public:
-  ~V1RunCgroup() override { remove_dirs(dirs_, dir_of("freezer")); }
+  ~V1RunCgroup() override {
+    if (!remove_dirs(dirs_, dir_of("freezer"))) note_run_cgroup_left_behind();
+  }
   int clone_into_fd() const override { return -1; }
   void add_process(pid_t pid) override {
     for (const auto& dir : dirs_) dir.write("cgroup.procs", std::to_string(pid));
@@ -242,7 +247,7 @@ std::unique_ptr<RunCgroup> create_v1_run_cgroup(const CgroupHost& host, const Cg
   return cg;
 }
 
-int remove_stale_v1(const CgroupHost& host) {
+void remove_stale_v1(const CgroupHost& host, std::chrono::milliseconds wait, StaleSweep& sweep) {
   // Collect each stale run's directories across hierarchies, then remove them
   // together (the freezer one is used to stop its members first).
   std::map<std::string, std::map<std::string, std::string>> stale;  // run -> controller -> dir
@@ -267,9 +272,13 @@ int remove_stale_v1(const CgroupHost& host) {
       if (controller == "freezer") freezer_path = dir;
     }
     auto freezer = std::find_if(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == freezer_path; });
-    remove_dirs(all, freezer == all.end() ? nullptr : &*freezer);
+    if (remove_dirs(all, freezer == all.end() ? nullptr : &*freezer, wait)) {
+      ++sweep.removed;
+      continue;
+    }
+    for (const auto& dir : all)
+      if (::access(dir.path.c_str(), F_OK) == 0) sweep.left.push_back(dir.path);
   }
-  return static_cast<int>(stale.size());
 }
 
 }  // namespace nsbox

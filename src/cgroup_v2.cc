@@ -78,15 +78,16 @@ std::string controller_list(const CgroupLimits& limits) {
   return out;
 }
 
-// Kills everything in dir, waits until it is empty and removes it.
-void destroy(const std::string& dir) {
+// Kills everything in dir, waits up to `wait` until it is empty and removes
+// it. False when it is still there.
+bool destroy(const std::string& dir, std::chrono::milliseconds wait = std::chrono::seconds(1)) {
   try {
     write_text(dir + "/cgroup.kill", "1");
   } catch (const SysError&) {
     // Kernels before 5.14 lack cgroup.kill: signal each member instead.
     for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
   }
-  remove_when_empty(dir);
+  return remove_when_empty(dir, wait);
 }
 
 class V2RunCgroup : public RunCgroup {
@@ -94,7 +95,7 @@ class V2RunCgroup : public RunCgroup {
   V2RunCgroup(std::string dir, UniqueFd fd) : dir_(std::move(dir)), fd_(std::move(fd)) {}
   ~V2RunCgroup() override {
     fd_.reset();
-    destroy(dir_);
+    if (!destroy(dir_)) note_run_cgroup_left_behind();
   }
   int clone_into_fd() const override { return fd_.get(); }
   void add_process(pid_t pid) override { write_text(dir_ + "/cgroup.procs", std::to_string(pid)); }
@@ -194,16 +195,16 @@ std::string move_into_supervisor_leaf(const CgroupHost& host, const std::vector<
   }
 }
 
-int remove_stale_v2(const CgroupHost& host) {
-  if (!host.v2_mount) return 0;
+void remove_stale_v2(const CgroupHost& host, std::chrono::milliseconds wait, StaleSweep& sweep) {
+  if (!host.v2_mount) return;
   const std::string parent = host.v2_self_dir + "/" + kParentName;
-  int removed = 0;
   for (const auto& name : list_subdirs(parent)) {
     if (name.rfind("run-", 0) != 0 || run_owner_alive(name)) continue;
-    destroy(parent + "/" + name);
-    ++removed;
+    if (destroy(parent + "/" + name, wait))
+      ++sweep.removed;
+    else
+      sweep.left.push_back(parent + "/" + name);
   }
-  return removed;
 }
 
 }  // namespace nsbox

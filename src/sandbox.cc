@@ -564,7 +564,7 @@ Launcher::Launcher(const LauncherOptions& options)
   // A workload that closes its stdin early must not kill the supervisor
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
-  stale_removed_ = remove_stale_run_cgroups(cgroups_) + remove_stale_workspaces(host_ids_.uid);
+  stale_removed_ = remove_stale_run_cgroups(cgroups_).removed + remove_stale_workspaces(host_ids_.uid);
 }
 
 Launcher::~Launcher() { remove_empty_run_parents(cgroups_); }

@@ -310,6 +310,12 @@ void answer(UniqueFd job_fd, const JobRunner& run) {
   job_fd.reset();
 }
 
+// A worker's exit status when a run cgroup of its could not be removed
+// (run_cgroup_left_behind): the spawner removes it once it can.
+constexpr int kWorkerLeftACgroup = 3;
+
+[[noreturn]] void exit_worker() { ::_exit(run_cgroup_left_behind() ? kWorkerLeftACgroup : 0); }
+
 // A forked worker: one job, one sandbox, then _exit. It shares nothing with
 // the other workers but the spawner's read-only state.
 [[noreturn]] void worker_main(const Launcher& launcher, const ParsedProfiles& profiles, int job_fd, int fork_server) {
@@ -317,7 +323,7 @@ void answer(UniqueFd job_fd, const JobRunner& run) {
   answer(UniqueFd(job_fd), [&](std::unique_ptr<PreparedRun>& forked_run, const EgressJournal& journal) {
     return run_job_leaving(launcher, decode_job(read_job(job_fd)), job_fd, fork_server, &profiles, forked_run, journal);
   });
-  ::_exit(0);
+  exit_worker();
 }
 
 // What waits on a pool worker's control socket: nothing yet, a job (the
@@ -620,19 +626,24 @@ void ignore_terminal_signals() {
 // until the spawner reaps it, so it is never another process's.
 using Answering = std::map<ino_t, pid_t>;
 
-// Reaps the workers that ended; true when one was killed (SIGKILL, the
-// OOM killer) and so could not remove what its run held.
-bool reap(std::set<pid_t>& workers, WarmPool& pool, Answering& answering) {
+// Which of the workers reaped may have left what their runs held.
+struct Reaped {
+  bool killed = false;       // SIGKILL, the OOM killer: it removed nothing
+  bool left_cgroup = false;  // a run cgroup still held a process it could not end
+};
+
+Reaped reap(std::set<pid_t>& workers, WarmPool& pool, Answering& answering) {
   int status;
   pid_t pid;
-  bool killed = false;
+  Reaped reaped;
   while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
     workers.erase(pid);
     pool.forget(pid);
     std::erase_if(answering, [pid](const auto& job) { return job.second == pid; });
-    killed = killed || WIFSIGNALED(status);
+    reaped.killed = reaped.killed || WIFSIGNALED(status);
+    reaped.left_cgroup = reaped.left_cgroup || (WIFEXITED(status) && WEXITSTATUS(status) == kWorkerLeftACgroup);
   }
-  return killed;
+  return reaped;
 }
 
 // The server gave up waiting for a job's answer (a worker stopped, or stuck
@@ -647,18 +658,55 @@ void kill_worker_of(const Answering& answering, ino_t job_socket) {
   if (::kill(it->second, SIGKILL) != 0) spdlog::error("spawner: kill worker {}: {}", it->second, std::strerror(errno));
 }
 
-// What a killed worker held (its run's cgroups, its workspace and tmpfs)
-// goes now, not at the node's next start: it is named after the worker,
-// which is gone.
-void remove_what_killed_workers_held(const Launcher& launcher) {
-  try {
-    const int removed =
-        remove_stale_run_cgroups(launcher.cgroup_host()) + remove_stale_workspaces(launcher.host_ids().uid);
-    if (removed > 0) spdlog::warn("spawner: removed {} cgroups and workspaces of killed workers", removed);
-  } catch (const std::exception& e) {
-    spdlog::error("spawner: removing what killed workers held: {}", e.what());
+// What ended workers left (a killed one's run cgroups, workspace and tmpfs;
+// a run cgroup whose process SIGKILL had not ended yet) goes as soon as it
+// can, not at the node's next start: it is named after its worker, which is
+// gone. A cgroup that still holds such a process is swept again every few
+// seconds, with a short wait each time, until it can be removed.
+class LeftBehind {
+ public:
+  static constexpr auto kShortWait = std::chrono::milliseconds(20);
+
+  void sweep(const Launcher& launcher, std::chrono::milliseconds wait) {
+    std::vector<std::string> left;
+    try {
+      const StaleSweep cgroups = remove_stale_run_cgroups(launcher.cgroup_host(), wait);
+      left = cgroups.left;
+      const int removed = cgroups.removed + remove_stale_workspaces(launcher.host_ids().uid);
+      if (removed > 0) spdlog::warn("spawner: removed {} run cgroups and workspaces that ended workers left", removed);
+    } catch (const std::exception& e) {
+      spdlog::error("spawner: removing what ended workers left: {}", e.what());
+    }
+    if (!left.empty() && left != left_)
+      spdlog::warn(
+          "spawner: {} run cgroups still hold a process that SIGKILL has not ended (stuck in the kernel: a stalled "
+          "NFS or FUSE file, memory pressure); removing them again every {} s: {}",
+          left.size(), kInterval.count(), joined(left));
+    else if (left.empty() && !left_.empty())
+      spdlog::info("spawner: the run cgroups left behind are removed");
+    left_ = std::move(left);
+    next_ = left_.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now() + kInterval);
   }
-}
+  // How long until the next sweep is due; none while nothing is left.
+  std::optional<std::chrono::milliseconds> until_next() const {
+    if (!next_) return std::nullopt;
+    return std::max(std::chrono::milliseconds(0),
+                    std::chrono::ceil<std::chrono::milliseconds>(*next_ - std::chrono::steady_clock::now()));
+  }
+  bool due() const { return next_ && std::chrono::steady_clock::now() >= *next_; }
+
+ private:
+  static constexpr auto kInterval = std::chrono::seconds(5);
+
+  static std::string joined(const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+    return out;
+  }
+
+  std::vector<std::string> left_;
+  std::optional<std::chrono::steady_clock::time_point> next_;
+};
 
 // A pool config from the server: JSON on the pipe whose read end came with
 // the message.
@@ -720,31 +768,38 @@ std::optional<LauncherOptions> receive_options(int control) {
       [&](const PoolEntry& entry, int ctl, int fork_server) {
         become_child();
         pool_worker_main(*launcher, profiles, entry, ctl, fork_server);
-        ::_exit(0);  // after the sandbox, its cgroup and workspace are gone
+        exit_worker();  // after the sandbox, its cgroup and workspace are gone
       },
       [&](const PoolEntry& entry, int ctl, int fork_server_end) {
         become_child();
         fork_server_keeper_main(*launcher, profiles, entry, ctl, fork_server_end);
-        ::_exit(0);
+        exit_worker();
       });
   ::send(control.get(), &kReady, 1, MSG_NOSIGNAL);
   std::set<pid_t> workers;
   Answering answering;
+  LeftBehind left_behind;
   bool closing = false;
   while (!closing || !workers.empty()) {
     std::vector<pollfd> fds = {{sfd.get(), POLLIN, 0}, {closing ? -1 : control.get(), POLLIN, 0}};
     pool.add_pollfds(fds);
     // Wakes up for a key held back (after failures, or a take's refill
-    // delay), to start it.
-    const auto retry = pool.next_retry();
-    const int timeout = closing || !retry ? -1 : static_cast<int>(std::min<int64_t>(retry->count(), 60000));
+    // delay), to start it, and for a sweep of what workers left.
+    std::optional<std::chrono::milliseconds> wake = closing ? std::nullopt : pool.next_retry();
+    if (const auto sweep = left_behind.until_next(); sweep && (!wake || *sweep < *wake)) wake = sweep;
+    const int timeout = !wake ? -1 : static_cast<int>(std::min<int64_t>(wake->count(), 60000));
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) ::_exit(1);
     if (fds[0].revents) {
       signalfd_siginfo info;
       while (::read(sfd.get(), &info, sizeof info) > 0) {
       }
-      if (reap(workers, pool, answering)) remove_what_killed_workers_held(*launcher);
+      // A killed worker's processes die at once: they are waited for. A
+      // process SIGKILL has not ended in a second is not waited for again.
+      const Reaped reaped = reap(workers, pool, answering);
+      if (reaped.killed || reaped.left_cgroup)
+        left_behind.sweep(*launcher, reaped.killed ? std::chrono::seconds(1) : LeftBehind::kShortWait);
     }
+    if (left_behind.due()) left_behind.sweep(*launcher, LeftBehind::kShortWait);
     pool.on_events(fds);
     if (fds[1].revents) {
       ControlMessage m = receive_control(control.get());
@@ -795,7 +850,7 @@ std::optional<LauncherOptions> receive_options(int control) {
       workers.insert(started.begin(), started.end());
     }
   }
-  remove_what_killed_workers_held(*launcher);
+  left_behind.sweep(*launcher, std::chrono::seconds(1));
   launcher.reset();  // every run is over: its cgroup parents go too
   ::_exit(0);
 }

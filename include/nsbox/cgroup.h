@@ -143,11 +143,28 @@ std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::
 // whose named process is gone (or has another start time) is stale.
 std::string next_run_cgroup_name();
 
-// Removes the run cgroups of nsbox processes that died without cleaning up
-// (SIGKILL, power loss): kills what is left in them, then rmdir. Touches only
-// directories named run-* inside nsbox's own "nsbox" parent directories.
-// Returns how many were removed.
-int remove_stale_run_cgroups(const CgroupHost& host);
+// What a sweep of stale run cgroups did: how many runs it removed, and the
+// directories it could not remove yet, as a member SIGKILL had not ended
+// within the sweep's wait.
+struct StaleSweep {
+  int removed = 0;
+  std::vector<std::string> left;
+};
+
+// Removes the run cgroups of nsbox processes that are gone without having
+// removed them (SIGKILL, power loss, a run cgroup left behind): kills what
+// is left in them, then rmdir, waiting up to `wait` per run for its killed
+// members to go. Touches only directories named run-* inside nsbox's own
+// "nsbox" parent directories.
+StaleSweep remove_stale_run_cgroups(const CgroupHost& host, std::chrono::milliseconds wait = std::chrono::seconds(1));
+
+// Whether a run cgroup this process made could not be removed when its run
+// ended: a process in it that SIGKILL did not end within about a second
+// (stuck in the kernel: a stalled NFS or FUSE file, memory pressure above
+// the run). Its directory stays, with the process, for the next sweep
+// (remove_stale_run_cgroups) once this process is gone. A node's workers
+// tell their spawner so through their exit status.
+bool run_cgroup_left_behind();
 
 // On a host whose runs get their limits through cgroup v2, moves `ours`
 // (nsbox's processes) from their cgroup into the leaf

@@ -904,6 +904,109 @@ TEST_F(Cgroups, ANodeWhoseSpawnerDiedLeavesNoCgroupItMadeBehind) {
   EXPECT_EQ(own.subdirs_left(), own.expected_left()) << joined(own.subdirs_left());
 }
 
+// A process the test holds frozen in a v1 freezer cgroup of its own: it
+// stands for a process stuck in the kernel (a stalled NFS or FUSE file),
+// which SIGKILL does not end until it wakes. Thawed (and so ended, once
+// killed) when it goes.
+class FrozenProcess {
+ public:
+  explicit FrozenProcess(const std::string& freezer_dir) : dir_(freezer_dir) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/sleep", "sleep", "600", nullptr);
+      ::_exit(127);
+    }
+    if (::mkdir(dir_.c_str(), 0755) != 0) ADD_FAILURE() << "mkdir " << dir_ << ": " << std::strerror(errno);
+    write_file(dir_ + "/cgroup.procs", std::to_string(pid_));
+    write_file(dir_ + "/freezer.state", "FROZEN");
+    for (int i = 0; i < 500 && !frozen(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ~FrozenProcess() {
+    thaw();
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    for (int i = 0; i < 500 && ::rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  pid_t pid() const { return pid_; }
+  bool frozen() const { return slurp(dir_ + "/freezer.state").starts_with("FROZEN"); }
+  void thaw() const { write_file(dir_ + "/freezer.state", "THAWED"); }
+  // Whether it has ended (killed while frozen, it ends once thawed).
+  bool ended() const { return ::waitpid(pid_, nullptr, WNOHANG) == pid_ || ::kill(pid_, 0) != 0; }
+
+ private:
+  static void write_file(const std::string& path, const std::string& value) {
+    std::ofstream out(path);
+    out << value << std::flush;
+    if (!out) ADD_FAILURE() << "write " << value << " to " << path;
+  }
+  std::string dir_;
+  pid_t pid_ = -1;
+};
+
+// The node's log, once it holds `text` (within 30 s), else "".
+std::string node_log_once_it_says(const NodeProcess& node, const std::string& text) {
+  for (int i = 0; i < 1500; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(20)))
+    if (const std::string log = node.log(); log.find(text) != std::string::npos) return log;
+  return "";
+}
+
+// A process of a run that SIGKILL cannot end within the second nsbox waits
+// keeps the run's cgroup from being removed when the run ends. The node
+// removes it once the process has ended, not at its next start: the
+// cgroup is named after its worker, which is gone, and was swept only when
+// a worker was killed. (The test's process stands in the run's memory
+// cgroup, frozen by the test's own freezer cgroup: a v2-frozen process dies
+// at SIGKILL, so this is v1's.)
+TEST_F(Cgroups, ARunCgroupHeldByAProcessSigkillDidNotEndIsRemovedOnceItEnds) {
+  const CgroupHost& host = launcher().cgroup_host();
+  if (host.choose({"memory", "cpu", "pids"}) != "v1" || !host.v1_self_dirs.contains("freezer"))
+    GTEST_SKIP() << "a process that SIGKILL does not end is made with the v1 freezer";
+  OwnCgroup own(host);
+  NodeProcess node("tenants:\n  - {name: t, profile: default}\ndefault_tenant: t\nlimits:\n  pool_size: 0\n", "",
+                   own.procs_files());
+  ASSERT_TRUE(node.ready()) << node.log();
+  const std::string runs = own.as_host().v1_self_dirs.at("memory") + "/nsbox";
+  std::optional<httplib::Result> answer;
+  std::thread client([&] {
+    answer = post(node.client(), "/run", request("import time\ndef main(args):\n    time.sleep(3)\n    return 7"));
+  });
+  std::vector<std::string> run;
+  for (int i = 0; i < 1000 && run.empty(); ++i, std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    for (const auto& name : dir_entries(runs))
+      if (name.starts_with("run-")) run.push_back(runs + "/" + name);
+  if (run.empty()) {
+    client.join();
+    FAIL() << "the run's memory cgroup never appeared in " << runs << "\n" << node.log();
+  }
+  FrozenProcess stuck(own.as_host().v1_self_dirs.at("freezer") + "/" + unique_token("stuck-"));
+  std::ofstream join(run[0] + "/cgroup.procs");
+  join << stuck.pid() << std::flush;
+  EXPECT_TRUE(join) << "could not move the frozen process into " << run[0];
+  EXPECT_TRUE(stuck.frozen());
+  client.join();
+  ASSERT_TRUE(answer && *answer);
+  EXPECT_EQ((*answer)->status, 200) << (*answer)->body;
+  EXPECT_EQ(json::parse((*answer)->body)["return"], 7) << (*answer)->body;
+
+  // The run's worker gave up on its cgroup, and the spawner knows.
+  EXPECT_NE(node_log_once_it_says(node, "still hold a process that SIGKILL has not ended"), "") << node.log();
+  EXPECT_EQ(::access(run[0].c_str(), F_OK), 0) << "the run's cgroup went while the process was in it";
+  EXPECT_FALSE(stuck.ended());
+  stuck.thaw();
+  EXPECT_NE(node_log_once_it_says(node, "the run cgroups left behind are removed"), "") << node.log();
+  EXPECT_TRUE(stuck.ended()) << "the stuck process was not killed";
+  std::vector<std::string> left;
+  for (const auto& dir : own.dirs())
+    for (const auto& name : dir_entries(dir + "/nsbox"))
+      if (name.starts_with("run-")) left.push_back(dir + "/nsbox/" + name);
+  EXPECT_TRUE(left.empty()) << joined(left);
+  // And the node goes on serving.
+  auto next = post(node.client(), "/run", request("def main(args):\n    return 8"));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200) << next->body;
+}
+
 // A host whose cgroups offer no controllers (v2 mounted, nothing delegated).
 CgroupHost host_without_controllers() {
   CgroupHost host;
