@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -228,6 +229,14 @@ pid_t WarmPool::take(const std::string& key, int job_fd) {
   return 0;
 }
 
+void WarmPool::could_not_start(Key& k, const char* what) {
+  const int err = errno;
+  spdlog::warn("pool of profile {} ({}): could not make {}: {}; tried again after a back-off", k.entry.profile_name,
+               to_string(k.entry.language), what, std::strerror(err));
+  note_failure(k);
+  k.held_back = true;  // next_retry() wakes the spawner for it
+}
+
 void WarmPool::note_failure(Key& k) {
   // A sandbox that cannot start (a broken profile, a missing rootfs, a host
   // that refuses a namespace) would otherwise be retried in a busy loop.
@@ -240,11 +249,16 @@ std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
   std::optional<std::chrono::milliseconds> soonest;
   const auto now = Clock::now();
   for (const auto& [key, k] : keys_) {
-    if (k.workers.size() >= k.entry.size) continue;
+    // Only a key the last refill() held back: one short for another reason
+    // (its fork server starting, kMaxStartingPerKey, the memory budget)
+    // waits for an event on the pool's fds or a reaped child.
+    if (k.workers.size() >= k.entry.size || !k.held_back) continue;
     const auto at = std::max(k.failures > 0 ? k.retry_at : Clock::time_point{}, k.refill_at);
-    if (at <= now) continue;  // not held back: refill() starts what it can
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - now) + std::chrono::milliseconds(1);
-    left = std::max(left, std::chrono::milliseconds(0));
+    // Due already (the spawner came back later than that): at once, not
+    // never; refill() then clears held_back or starts what it can.
+    const auto left =
+        at <= now ? std::chrono::milliseconds(0)
+                  : std::chrono::duration_cast<std::chrono::milliseconds>(at - now) + std::chrono::milliseconds(1);
     if (!soonest || left < *soonest) soonest = left;
   }
   return soonest;
@@ -272,8 +286,9 @@ bool WarmPool::tree_still_named(Key& k) {
 
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
-    if ((k.failures > 0 && Clock::now() < k.retry_at) || Clock::now() < k.refill_at) continue;
-    if (!tree_still_named(k)) continue;
+    const auto now = Clock::now();
+    k.held_back = (k.failures > 0 && now < k.retry_at) || now < k.refill_at || !tree_still_named(k);
+    if (k.held_back) continue;
     while (k.workers.size() < k.entry.size) {
       // A few start at a time: a large pool refilling all at once would
       // queue the runs being served behind its start-ups (on the fork
@@ -294,13 +309,24 @@ void WarmPool::refill(std::vector<pid_t>& children) {
       // Start another only if one more of this key's typical size fits.
       const uint64_t expected = count ? known / count : 0;
       if (memory_budget_ && held + expected > memory_budget_) break;
-      if (k.entry.fork_server && !k.fork_server && !start_keeper(k, children)) break;
+      if (k.entry.fork_server && !k.fork_server && !start_keeper(k, children)) {
+        // Still ending (its reaping wakes the spawner), or it could not be
+        // forked: then tried again after the back-off, not never.
+        if (keeper_main_ && k.keeper.pid <= 0) could_not_start(k, "its fork server's keeper");
+        break;
+      }
       if (k.entry.fork_server && !k.keeper.ready) break;  // its sandboxes are forked once it serves
       int sv[2];
-      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
+      if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        could_not_start(k, "a pool worker's control socket");
+        break;
+      }
       UniqueFd mine(sv[0]), theirs(sv[1]);
       pid_t pid = ::fork();
-      if (pid < 0) return;
+      if (pid < 0) {
+        could_not_start(k, "a pool worker");
+        break;
+      }
       if (pid == 0) {
         mine.reset();
         UniqueFd fork_server(k.fork_server ? ::fcntl(k.fork_server.get(), F_DUPFD_CLOEXEC, 0) : -1);

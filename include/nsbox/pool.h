@@ -199,9 +199,15 @@ class WarmPool {
     std::chrono::steady_clock::time_point retry_at;   // no start before (after failures)
     std::chrono::steady_clock::time_point refill_at;  // no start before (after a take)
     bool tree_moved = false;                          // said once: the rootfs no longer names entry's tree
+    // The last refill() passed this key over until a time (retry_at,
+    // refill_at, or a start that could not be made): next_retry() wakes the
+    // spawner for it even when that time has passed since.
+    bool held_back = false;
   };
 
   void note_failure(Key& k);
+  // A start that could not be made (errno says why): logged, backed off.
+  void could_not_start(Key& k, const char* what);
   bool tree_still_named(Key& k);
 
   void retire(Worker& w);

@@ -2,6 +2,7 @@
 // only say ready): no sandbox, no privileges.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -224,6 +225,91 @@ TEST_F(WarmPoolTest, AForkServersSandboxesStartOnlyOnceItServes) {
   wait_until_idle(pool, stats, 2);
   pool.retire_all();
   EXPECT_EQ(stats.fork_servers.load(), 0u);
+}
+
+// Lost refill wake-ups: each of these left next_retry() with nothing, and
+// the spawner's poll(-1) then waited for an unrelated event with the key
+// short (a CI run once saw a pool not refill in 60 s).
+
+// Dies before it is ready: a failed start, as a fork step's timeout makes.
+void dies_starting(const PoolEntry&, int, int) { ::_exit(3); }
+
+TEST_F(WarmPoolTest, ATakesRefillIsNotLostWhenTheSpawnerComesBackAfterTheDelay) {
+  PoolStats stats;
+  const milliseconds delay(50);
+  WarmPool pool(&stats, stand_in_worker, {}, delay);
+  pool.configure({entry(1)}, 0);
+  pool.refill(children_);
+  wait_until_idle(pool, stats, 1);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd job(sv[0]), worker_end(sv[1]);
+  ASSERT_TRUE(pool.take("key", job.get()));
+  std::vector<pid_t> started;
+  pool.refill(started);  // the end of the spawner's iteration: held back
+  EXPECT_TRUE(started.empty());
+  // The spawner is preempted before its loop top looks at next_retry()
+  // (2 CPUs, ctest -j2): the delay is over by then.
+  std::this_thread::sleep_for(delay + milliseconds(10));
+  const auto wait = pool.next_retry();
+  ASSERT_TRUE(wait) << "the spawner would sleep in poll(-1) with the key short";
+  EXPECT_EQ(*wait, milliseconds(0));
+  pool.refill(started);
+  EXPECT_EQ(started.size(), 1u);
+  children_.insert(children_.end(), started.begin(), started.end());
+  pool.retire_all();
+}
+
+TEST_F(WarmPoolTest, ABackOffThatEndsBeforeTheSpawnerLooksStillWakesIt) {
+  PoolStats stats;
+  WarmPool pool(&stats, dies_starting);
+  pool.configure({entry(1)}, 0);
+  pool.refill(children_);
+  ASSERT_EQ(children_.size(), 1u);
+  // Its control socket hangs up: note_failure, a back-off of kFirstRetryDelay.
+  ASSERT_TRUE(pump_until(pool, [&] { return stats.starting.load() == 0; }));
+  std::vector<pid_t> started;
+  pool.refill(started);
+  EXPECT_TRUE(started.empty());
+  std::this_thread::sleep_for(kFirstRetryDelay + milliseconds(50));
+  ASSERT_TRUE(pool.next_retry()) << "the spawner would never retry the failed start";
+  pool.retire_all();
+}
+
+// A start that cannot even be made (fork or socketpair fails: EAGAIN under a
+// pids limit, EMFILE) is retried after a back-off: refill() used to return
+// with no wake-up arranged, and the key stayed short for good, silently.
+TEST_F(WarmPoolTest, AStartThatCannotBeMadeIsRetried) {
+  const pid_t child = ::fork();  // the lowered RLIMIT_NOFILE stays in there
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    PoolStats stats;
+    WarmPool pool(&stats, stand_in_worker);
+    pool.configure({entry(1)}, 0);
+    // No fd left for the control socket: socketpair fails with EMFILE.
+    const int probe = ::dup(0);
+    rlimit old{};
+    ::getrlimit(RLIMIT_NOFILE, &old);
+    const rlimit low{static_cast<rlim_t>(probe), old.rlim_max};
+    ::close(probe);
+    for (int fd = probe; fd < probe + 64; ++fd) ::close(fd);
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(10);
+    std::vector<pid_t> started;
+    pool.refill(started);
+    if (!started.empty()) ::_exit(11);
+    if (!pool.next_retry()) ::_exit(12);  // would sleep until an unrelated event
+    ::setrlimit(RLIMIT_NOFILE, &old);
+    std::this_thread::sleep_for(*pool.next_retry());
+    pool.refill(started);
+    if (started.size() != 1) ::_exit(13);
+    pool.retire_all();
+    ::waitpid(started[0], nullptr, 0);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit, 11: started anyway, 12: no wake-up, 13: not retried";
 }
 
 }  // namespace
