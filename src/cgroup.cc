@@ -295,7 +295,10 @@ bool remove_when_empty(const std::string& dir, std::chrono::milliseconds wait) {
     if (errno != EBUSY) return false;
     if (waited >= wait) return false;
     std::this_thread::sleep_for(kStep);
-    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+    // Unreadable once another sweep removed it: the next rmdir says ENOENT.
+    std::string procs;
+    if (try_read_text(dir + "/cgroup.procs", &procs))
+      for (pid_t pid : pid_list(procs)) ::kill(pid, SIGKILL);
   }
 }
 

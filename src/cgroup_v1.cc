@@ -53,15 +53,21 @@ void freeze_and_kill(const CgroupDir* freezer, const std::vector<CgroupDir>& dir
 }
 
 // Removes a run's directories. An empty run (the usual case: PID 1 is gone)
-// takes one rmdir per hierarchy; members left are frozen and killed first.
-// False when a directory is still there after `wait`.
+// takes one rmdir per hierarchy; members left are frozen (when freezer is
+// given) and killed first. False when a directory is still there after
+// `wait`, which the hierarchies share (a stuck process is in each).
 bool remove_dirs(const std::vector<CgroupDir>& dirs, const CgroupDir* freezer,
-                 std::chrono::milliseconds wait = std::chrono::seconds(1)) {
+                 std::chrono::milliseconds wait = kRunCgroupEmptyWait) {
   bool all_removed = true;
   for (const auto& dir : dirs) all_removed &= ::rmdir(dir.path.c_str()) == 0 || errno == ENOENT;
   if (all_removed) return true;
   freeze_and_kill(freezer, dirs);
-  for (const auto& dir : dirs) all_removed = remove_when_empty(dir.path, wait) && all_removed;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (const auto& dir : dirs) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    all_removed = remove_when_empty(dir.path, std::max(left, std::chrono::milliseconds(0))) && all_removed;
+  }
   return all_removed;
 }
 
@@ -272,7 +278,11 @@ void remove_stale_v1(const CgroupHost& host, std::chrono::milliseconds wait, Sta
       if (controller == "freezer") freezer_path = dir;
     }
     auto freezer = std::find_if(all.begin(), all.end(), [&](const CgroupDir& d) { return d.path == freezer_path; });
-    if (remove_dirs(all, freezer == all.end() ? nullptr : &*freezer, wait)) {
+    // A sweep with a short wait is a retry, of a process stuck in the
+    // kernel, which cannot fork: no freeze, which patches the kernel's text
+    // on every CPU, every few seconds.
+    const bool retry = wait < kRunCgroupEmptyWait;
+    if (remove_dirs(all, freezer == all.end() || retry ? nullptr : &*freezer, wait)) {
       ++sweep.removed;
       continue;
     }

@@ -80,12 +80,12 @@ std::string controller_list(const CgroupLimits& limits) {
 
 // Kills everything in dir, waits up to `wait` until it is empty and removes
 // it. False when it is still there.
-bool destroy(const std::string& dir, std::chrono::milliseconds wait = std::chrono::seconds(1)) {
+bool destroy(const std::string& dir, std::chrono::milliseconds wait = kRunCgroupEmptyWait) {
   try {
     write_text(dir + "/cgroup.kill", "1");
   } catch (const SysError&) {
-    // Kernels before 5.14 lack cgroup.kill: signal each member instead.
-    for (pid_t pid : read_pids(dir + "/cgroup.procs")) ::kill(pid, SIGKILL);
+    // Kernels before 5.14 lack cgroup.kill (remove_when_empty signals each
+    // member), and another sweep may have removed it.
   }
   return remove_when_empty(dir, wait);
 }

@@ -670,18 +670,21 @@ class LeftBehind {
   void sweep(const Launcher& launcher, std::chrono::milliseconds wait) {
     std::vector<std::string> left;
     try {
-      const StaleSweep cgroups = remove_stale_run_cgroups(launcher.cgroup_host(), wait);
+      // Cgroups known to hold a stuck process are not waited for again.
+      const StaleSweep cgroups = remove_stale_run_cgroups(launcher.cgroup_host(), left_.empty() ? wait : kShortWait);
       left = cgroups.left;
       const int removed = cgroups.removed + remove_stale_workspaces(launcher.host_ids().uid);
       if (removed > 0) spdlog::warn("spawner: removed {} run cgroups and workspaces that ended workers left", removed);
     } catch (const std::exception& e) {
       spdlog::error("spawner: removing what ended workers left: {}", e.what());
+      // Tried again, as if nothing had changed.
+      left = left_.empty() ? std::vector<std::string>{"(unknown: the sweep failed)"} : left_;
     }
     if (!left.empty() && left != left_)
       spdlog::warn(
-          "spawner: {} run cgroups still hold a process that SIGKILL has not ended (stuck in the kernel: a stalled "
+          "spawner: run cgroups still hold a process that SIGKILL has not ended (stuck in the kernel: a stalled "
           "NFS or FUSE file, memory pressure); removing them again every {} s: {}",
-          left.size(), kInterval.count(), joined(left));
+          kInterval.count(), joined(left));
     else if (left.empty() && !left_.empty())
       spdlog::info("spawner: the run cgroups left behind are removed");
     left_ = std::move(left);
@@ -797,7 +800,7 @@ std::optional<LauncherOptions> receive_options(int control) {
       // process SIGKILL has not ended in a second is not waited for again.
       const Reaped reaped = reap(workers, pool, answering);
       if (reaped.killed || reaped.left_cgroup)
-        left_behind.sweep(*launcher, reaped.killed ? std::chrono::seconds(1) : LeftBehind::kShortWait);
+        left_behind.sweep(*launcher, reaped.killed ? kRunCgroupEmptyWait : LeftBehind::kShortWait);
     }
     if (left_behind.due()) left_behind.sweep(*launcher, LeftBehind::kShortWait);
     pool.on_events(fds);
@@ -850,7 +853,7 @@ std::optional<LauncherOptions> receive_options(int control) {
       workers.insert(started.begin(), started.end());
     }
   }
-  left_behind.sweep(*launcher, std::chrono::seconds(1));
+  left_behind.sweep(*launcher, kRunCgroupEmptyWait);
   launcher.reset();  // every run is over: its cgroup parents go too
   ::_exit(0);
 }

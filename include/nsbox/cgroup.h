@@ -143,6 +143,10 @@ std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::
 // whose named process is gone (or has another start time) is stale.
 std::string next_run_cgroup_name();
 
+// How long nsbox waits for the killed members of a run cgroup to go before
+// it leaves the cgroup (run_cgroup_left_behind).
+constexpr std::chrono::milliseconds kRunCgroupEmptyWait{1000};
+
 // What a sweep of stale run cgroups did: how many runs it removed, and the
 // directories it could not remove yet, as a member SIGKILL had not ended
 // within the sweep's wait.
@@ -156,7 +160,7 @@ struct StaleSweep {
 // is left in them, then rmdir, waiting up to `wait` per run for its killed
 // members to go. Touches only directories named run-* inside nsbox's own
 // "nsbox" parent directories.
-StaleSweep remove_stale_run_cgroups(const CgroupHost& host, std::chrono::milliseconds wait = std::chrono::seconds(1));
+StaleSweep remove_stale_run_cgroups(const CgroupHost& host, std::chrono::milliseconds wait = kRunCgroupEmptyWait);
 
 // Whether a run cgroup this process made could not be removed when its run
 // ended: a process in it that SIGKILL did not end within about a second

@@ -995,7 +995,6 @@ TEST_F(Cgroups, ARunCgroupHeldByAProcessSigkillDidNotEndIsRemovedOnceItEnds) {
   EXPECT_FALSE(stuck.ended());
   stuck.thaw();
   EXPECT_NE(node_log_once_it_says(node, "the run cgroups left behind are removed"), "") << node.log();
-  EXPECT_TRUE(stuck.ended()) << "the stuck process was not killed";
   std::vector<std::string> left;
   for (const auto& dir : own.dirs())
     for (const auto& name : dir_entries(dir + "/nsbox"))

