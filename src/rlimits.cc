@@ -95,8 +95,15 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
   rlimit own{};
   rlim_t locked = kRunLockedBytes;
   if (::getrlimit(RLIMIT_MEMLOCK, &own) == 0 && own.rlim_max < locked) locked = own.rlim_max;
+  // Not 0, which a core_pattern pipe ignores: the crashed run's memory
+  // would go to the host's helper, which runs as root. 0 only where nsbox
+  // itself may not have more (allow_runs_their_core_limit); the seccomp
+  // filter keeps a run from lowering it.
+  allow_runs_their_core_limit();
+  rlim_t core = kRunCoreLimit;
+  if (::getrlimit(RLIMIT_CORE, &own) == 0 && own.rlim_max < core) core = own.rlim_max;
   return {
-      {RLIMIT_CORE, {0, 0}},
+      {RLIMIT_CORE, {core, core}},
       {RLIMIT_NOFILE, {limits.open_files, limits.open_files}},
       {RLIMIT_FSIZE, {limits.file_size, limits.file_size}},
       // Set, not inherited from whoever started nsbox (a unit's LimitRTPRIO=
@@ -107,6 +114,13 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
       {RLIMIT_NICE, {0, 0}},
       {RLIMIT_MEMLOCK, {locked, locked}},
   };
+}
+
+void allow_runs_their_core_limit() noexcept {
+  rlimit own{};
+  if (::getrlimit(RLIMIT_CORE, &own) != 0 || own.rlim_max >= kRunCoreLimit) return;
+  own.rlim_max = kRunCoreLimit;
+  ::setrlimit(RLIMIT_CORE, &own);  // EPERM without CAP_SYS_RESOURCE: runs then get 0
 }
 
 std::vector<RlimitSetting> standin_rlimits(const Limits& limits, const std::set<std::string>& missing,

@@ -7,6 +7,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -114,23 +117,73 @@ constexpr const char* kNoOpReason = "flushing the host's filesystems: a way to l
 // and past any memory limit: unthrottled host I/O. open, openat and
 // fcntl(F_SETFL) with it answer EINVAL, as a filesystem without it does.
 constexpr const char* kDirectIoReason = "O_DIRECT bypasses the page cache: each read goes to the host's disk";
+// Huge pages come from the host's hugetlb pool (or, with overcommit, its
+// memory), which no run's memory cgroup is charged for.
+constexpr const char* kHugePagesReason = "huge pages come from the host's pool, outside the run's memory limit";
+// MSG_OOB on unix sockets is the path of CVE-2025-38236, used to go from a
+// browser's sandbox to the kernel; no runtime sends urgent data.
+constexpr const char* kOutOfBandReason = "out-of-band data: a unix socket path with recent kernel exploits";
 
-// Advice that drops cached pages of a file, so that each read of it goes to
-// the host's disk again: it succeeds and does nothing.
-struct NoOpAdvice {
+// Calls refused when a flag argument has one flag; its other uses are
+// allowed. Each call has one such rule: an allow list allows the call when
+// the flag is clear.
+struct FlagRule {
+  const char* call;
+  unsigned arg;
+  uint64_t flag;
+  int err;  // EINVAL: as a kernel or filesystem without it would; EPERM: refused
+  const char* condition;
+  const char* reason;
+};
+constexpr FlagRule kFlagRules[] = {
+    {"open", 1, O_DIRECT, EINVAL, "flags has O_DIRECT", kDirectIoReason},
+    {"openat", 2, O_DIRECT, EINVAL, "flags has O_DIRECT", kDirectIoReason},
+    {"mmap", 3, MAP_HUGETLB, EPERM, "flags has MAP_HUGETLB", kHugePagesReason},
+    {"memfd_create", 1, MFD_HUGETLB, EPERM, "flags has MFD_HUGETLB", kHugePagesReason},
+    {"shmget", 2, SHM_HUGETLB, EPERM, "flags has SHM_HUGETLB", kHugePagesReason},
+    {"sendto", 3, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+    {"recvfrom", 3, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+    {"sendmsg", 2, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+    {"recvmsg", 2, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+    {"sendmmsg", 3, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+    {"recvmmsg", 3, MSG_OOB, EPERM, "flags has MSG_OOB", kOutOfBandReason},
+};
+
+constexpr const char* kDropCacheReason = "dropping a file's cached pages makes each read go to the host's disk";
+// Pages KSM merges across runs tell one run what another holds (a write to
+// a merged page takes longer), and KSM is off unless a process opts in.
+constexpr const char* kMergeReason = "KSM merging pages across runs is a side channel between tenants";
+// With RLIMIT_CORE at 1 the kernel aborts every dump, a piped one (to a
+// host helper that runs as root: systemd-coredump, apport) included; at 0
+// a pipe would still get the crashed process's memory.
+constexpr const char* kCoreLimitReason =
+    "a lower core limit (0) would let a crash dump the run's memory to the host's core_pattern helper";
+constexpr uint32_t kMadvPageout = 21;       // MADV_PAGEOUT, which Debian 12's headers lack
+constexpr uint32_t kPrSetMemoryMerge = 67;  // PR_SET_MEMORY_MERGE (Linux 6.4), likewise
+
+// Calls answered in the filter when one int argument (its low 32 bits, all
+// the kernel reads) has one value; its other values are allowed.
+struct ValueRule {
   const char* call;
   unsigned arg;
   uint32_t value;
+  int err;  // 0: success, nothing done; EPERM: refused
   const char* condition;
+  const char* reason;
+  // A policy may leave the rule out by this name (the fork server's PID 1
+  // sets the run's rlimits under the fork server's filter).
+  const char* exemption = nullptr;
 };
-constexpr uint32_t kMadvPageout = 21;  // MADV_PAGEOUT, which Debian 12's headers lack
-constexpr NoOpAdvice kNoOpAdvice[] = {
-    {"fadvise64", 3, POSIX_FADV_DONTNEED, "advice is POSIX_FADV_DONTNEED"},
-    // Of a file the sandbox user owns (a host directory bound rw): the
-    // kernel pages out only such files' pages.
-    {"madvise", 2, kMadvPageout, "advice is MADV_PAGEOUT"},
+constexpr ValueRule kValueRules[] = {
+    // Advice that drops cached pages of a file, so that each read of it goes
+    // to the host's disk again, succeeds and does nothing; MADV_PAGEOUT only
+    // of a file the sandbox user owns (a host directory bound rw).
+    {"fadvise64", 3, POSIX_FADV_DONTNEED, 0, "advice is POSIX_FADV_DONTNEED", kDropCacheReason},
+    {"madvise", 2, kMadvPageout, 0, "advice is MADV_PAGEOUT", kDropCacheReason},
+    {"madvise", 2, MADV_MERGEABLE, 0, "advice is MADV_MERGEABLE", kMergeReason},
+    {"prctl", 0, kPrSetMemoryMerge, EPERM, "option is PR_SET_MEMORY_MERGE", kMergeReason},
+    {"setrlimit", 0, RLIMIT_CORE, EPERM, "resource is RLIMIT_CORE", kCoreLimitReason, "RLIMIT_CORE"},
 };
-constexpr const char* kDropCacheReason = "dropping a file's cached pages makes each read go to the host's disk";
 // An int argument as the kernel reads it: its low 32 bits.
 constexpr uint64_t kLowWord = 0xffffffffull;
 
@@ -169,6 +222,12 @@ constexpr const char* kNetlinkReason = "netlink's queued messages are charged to
 constexpr uint64_t kSocketTypeMask = 0xf;
 // The types an allow list lets IPv4 sockets have: not SOCK_PACKET.
 constexpr int kInetSocketTypes[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET};
+// IP sockets' protocols are IP's protocol numbers, below 256, but for
+// IPPROTO_MPTCP (262): multipath TCP, a large and young part of the kernel
+// no run needs. Compared on all 64 bits, so that junk above a protocol's
+// low word (all the kernel reads) is refused too.
+constexpr uint64_t kIpProtocolEnd = 256;
+constexpr const char* kMptcpReason = "multipath TCP is kernel attack surface no run needs";
 
 // Syscall numbers above the newest this libseccomp names, up to this one,
 // answer ENOSYS in a deny list: calls added to the kernel after the policy
@@ -176,6 +235,10 @@ constexpr int kInetSocketTypes[] = {SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQP
 // has weighed, and runtimes fall back from ENOSYS. Beyond it the x32 and
 // foreign-ABI rules, and the kernel's own ENOSYS, take over.
 constexpr int kNewestDeniedNr = 511;
+// The newest call this policy has weighed (futex_requeue, Linux 6.7): a
+// libseccomp that names newer ones (2.6 names statmount, mseal, ...) must
+// not let them through unweighed.
+constexpr int kNewestWeighedNr = 456;
 
 // personality(0xffffffff) only queries; any other value changes the execution
 // domain (e.g. ADDR_NO_RANDOMIZE turns off ASLR).
@@ -255,7 +318,10 @@ SeccompProgram SeccompProgram::fork_server_policy() {
   // run's PID 1.
   // Without a listener, so that each run's filter, stacked on this one, can
   // have its own.
-  return deny_list({"clone CLONE_NEWUSER", "clone CLONE_NEWPID", "unshare", "mount", "sethostname"}, false);
+  // Its PID 1 also sets the run's rlimits, RLIMIT_CORE included, before
+  // the run's own filter is stacked.
+  return deny_list({"clone CLONE_NEWUSER", "clone CLONE_NEWPID", "unshare", "mount", "sethostname", "RLIMIT_CORE"},
+                   false);
 }
 
 namespace {
@@ -322,32 +388,46 @@ void add_netlink_refusal(scmp_filter_ctx ctx) {
         "socket netlink");
 }
 
-// The rules every policy has, whatever it allows: the no-op calls, and
-// O_DIRECT refused. `allow_rest` (allow lists) adds the calls' other uses
-// as allowed, when the list has them.
-void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules,
-                      const std::set<std::string>* allow_rest) {
+// How a policy refuses a call: the action for EPERM (its supervisor's,
+// where it has one) and what its rule table calls that.
+struct Refusal {
+  uint32_t action;
+  const char* text;
+};
+
+// The rules every policy has, whatever it allows: the no-op calls, the flag
+// and value rules, O_DIRECT through fcntl and lowering the core limit
+// refused. `allow_rest` (allow lists) adds the calls' other uses as allowed,
+// when the list has them. Rules whose exemption is in `exempt` are left out.
+void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules, const std::set<std::string>* allow_rest,
+                      const Refusal& refusal, const std::set<std::string>& exempt = {}) {
+  auto listed = [&](const char* call) { return !allow_rest || allow_rest->count(call) > 0; };
+  auto answer = [&](int err) { return err == EPERM ? refusal.action : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); };
+  // An allow list refuses with EPERM by default: a rule of that action is
+  // the default's (libseccomp refuses to add it), and the allow rules
+  // leave it out.
+  auto add_answer = [&](int err, const char* call, const scmp_arg_cmp& cmp) {
+    if (!(allow_rest && err == EPERM)) check(seccomp_rule_add(ctx, answer(err), resolve(call), 1, cmp), call);
+  };
+  auto answer_text = [&](int err) -> std::string {
+    return err == 0 ? "success, nothing done" : err == EPERM ? refusal.text : "EINVAL";
+  };
   for (const char* call : kNoOpCalls) {
     check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(0), resolve(call), 0), call);
     rules.push_back({call, "", "success, nothing done", kNoOpReason});
   }
-  struct FlagsArg {
-    const char* call;
-    unsigned arg;
-  };
-  for (const auto& [call, arg] : {FlagsArg{"open", 1}, FlagsArg{"openat", 2}}) {
-    if (allow_rest && !allow_rest->count(call)) continue;
-    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve(call), 1,
-                           SCMP_CMP32(arg, SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
-          call);
+  for (const auto& rule : kFlagRules) {
+    if (!listed(rule.call)) continue;
+    add_answer(rule.err, rule.call, SCMP_CMP64(rule.arg, SCMP_CMP_MASKED_EQ, rule.flag, rule.flag));
     if (allow_rest)
-      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve(call), 1, SCMP_CMP32(arg, SCMP_CMP_MASKED_EQ, O_DIRECT, 0)),
-            call);
-    rules.push_back({call, "flags has O_DIRECT", "EINVAL", kDirectIoReason});
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve(rule.call), 1,
+                             SCMP_CMP64(rule.arg, SCMP_CMP_MASKED_EQ, rule.flag, 0)),
+            rule.call);
+    rules.push_back({rule.call, rule.condition, answer_text(rule.err), rule.reason});
   }
   // The kernel reads fcntl's command as an unsigned int: F_SETFL with junk
   // above it is F_SETFL, so the command is compared by its low 32 bits.
-  if (!allow_rest || allow_rest->count("fcntl")) {
+  if (listed("fcntl")) {
     check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EINVAL), resolve("fcntl"), 2,
                            SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, F_SETFL),
                            SCMP_A2_64(SCMP_CMP_MASKED_EQ, O_DIRECT, O_DIRECT)),
@@ -361,14 +441,30 @@ void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules,
     }
     rules.push_back({"fcntl", "command is F_SETFL, flags has O_DIRECT", "EINVAL", kDirectIoReason});
   }
-  // Advice that drops a file's cached pages succeeds and does nothing.
-  for (const auto& advice : kNoOpAdvice) {
-    if (allow_rest && !allow_rest->count(advice.call)) continue;
-    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(0), resolve(advice.call), 1,
-                           SCMP_CMP64(advice.arg, SCMP_CMP_MASKED_EQ, kLowWord, advice.value)),
-          advice.call);
-    if (allow_rest) allow_low_word_except(ctx, advice.call, advice.arg, {advice.value});
-    rules.push_back({advice.call, advice.condition, "success, nothing done", kDropCacheReason});
+  // An allow list allows each call's argument's other values, in one go.
+  std::map<std::pair<std::string, unsigned>, std::vector<uint32_t>> answered;
+  for (const auto& rule : kValueRules) {
+    if (!listed(rule.call) || (rule.exemption && exempt.count(rule.exemption))) continue;
+    add_answer(rule.err, rule.call, SCMP_CMP64(rule.arg, SCMP_CMP_MASKED_EQ, kLowWord, rule.value));
+    answered[{rule.call, rule.arg}].push_back(rule.value);
+    rules.push_back({rule.call, rule.condition, answer_text(rule.err), rule.reason});
+  }
+  if (allow_rest)
+    for (const auto& [call, values] : answered) allow_low_word_except(ctx, call.first.c_str(), call.second, values);
+  // prlimit64 may read RLIMIT_CORE (getrlimit is prlimit64 with no new
+  // limit), not set it.
+  if (listed("prlimit64") && !exempt.count("RLIMIT_CORE")) {
+    if (!allow_rest)
+      check(seccomp_rule_add(ctx, refusal.action, resolve("prlimit64"), 2,
+                             SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, RLIMIT_CORE), SCMP_A2_64(SCMP_CMP_NE, 0)),
+            "prlimit64");
+    if (allow_rest) {
+      allow_low_word_except(ctx, "prlimit64", 1, {RLIMIT_CORE});
+      check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, resolve("prlimit64"), 2,
+                             SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, RLIMIT_CORE), SCMP_A2_64(SCMP_CMP_EQ, 0)),
+            "prlimit64");
+    }
+    rules.push_back({"prlimit64", "resource is RLIMIT_CORE, a new limit is given", refusal.text, kCoreLimitReason});
   }
 }
 
@@ -395,6 +491,10 @@ void deny_other_socket_families(scmp_filter_ctx ctx, uint32_t action) {
   check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
                          SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, SOCK_PACKET)),
         "socket SOCK_PACKET");
+  for (const int family : {AF_INET, AF_INET6})
+    check(seccomp_rule_add(ctx, action, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, family),
+                           SCMP_A2_64(SCMP_CMP_GE, kIpProtocolEnd)),
+          "socket protocol");
   deny_arg_except(ctx, action, "socketpair", 0, {AF_UNIX});
 }
 
@@ -432,23 +532,25 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
     rules.push_back(
         {"ioctl", std::string("request is ") + name, eperm, "injecting input into or steering a shared terminal"});
   }
-  const int newest_known = newest_known_syscall();
+  const int newest_known = std::min(newest_known_syscall(), kNewestWeighedNr);
   for (int nr = newest_known + 1; nr <= kNewestDeniedNr; ++nr)
     check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), nr, 0), "syscall " + std::to_string(nr));
-  rules.push_back({"(newer)", "number above the newest this libseccomp names, up to 511", "ENOSYS",
-                   "calls newer than the policy are kernel surface no rule has weighed; runtimes fall back"});
+  rules.push_back({"(newer)", "number above 456 (futex_requeue; lower where libseccomp names fewer), up to 511",
+                   "ENOSYS", "calls newer than the policy are kernel surface no rule has weighed; runtimes fall back"});
   deny_other_socket_families(ctx.get(), action(EPERM));
   rules.push_back(
       {"socket", std::string("family is not ") + kSocketFamiliesText + " or AF_NETLINK", eperm, kSocketFamilyReason});
   rules.push_back({"socket", "family is AF_NETLINK", "EAFNOSUPPORT", kNetlinkReason});
   rules.push_back({"socket", "family is AF_INET, type is SOCK_PACKET", eperm, "a packet socket under another name"});
+  rules.push_back(
+      {"socket", "family is AF_INET or AF_INET6, protocol is 256 or above (IPPROTO_MPTCP)", eperm, kMptcpReason});
   rules.push_back({"socketpair", "family is not AF_UNIX", eperm, kSocketFamilyReason});
   check(
       seccomp_rule_add(ctx.get(), action(EPERM), resolve("personality"), 1, SCMP_A0_32(SCMP_CMP_NE, kPersonalityQuery)),
       "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", eperm,
                    "changing the execution domain, e.g. disabling ASLR"});
-  add_common_rules(ctx.get(), rules, nullptr);
+  add_common_rules(ctx.get(), rules, nullptr, Refusal{action(EPERM), eperm}, allowed);
 
   program.finish(ctx.get());
   return program;
@@ -470,9 +572,11 @@ bool must_deny(const std::string& name, int* err) {
 bool is_common_rule_call(const std::string& name) {
   for (const char* call : kNoOpCalls)
     if (name == call) return true;
-  for (const auto& advice : kNoOpAdvice)
-    if (name == advice.call) return true;
-  return name == "open" || name == "openat" || name == "fcntl";
+  for (const auto& rule : kFlagRules)
+    if (name == rule.call) return true;
+  for (const auto& rule : kValueRules)
+    if (name == rule.call) return true;
+  return name == "fcntl" || name == "prlimit64";
 }
 
 unsigned long namespace_flag_mask() {
@@ -498,7 +602,8 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
     }
   }
   const std::set<std::string> listed(syscalls.begin(), syscalls.end());
-  add_common_rules(ctx.get(), rules, &listed);
+  add_common_rules(ctx.get(), rules, &listed,
+                   Refusal{program.notifies_ ? deny_action(EPERM) : SCMP_ACT_ERRNO(EPERM), "EPERM"});
   std::set<std::string> seen;
   for (const auto& name : syscalls) {
     if (!seen.insert(name).second) continue;
@@ -524,15 +629,22 @@ SeccompProgram SeccompProgram::allow_list(const std::vector<std::string>& syscal
       for (const int family : kSocketFamilies) {
         if (family == AF_INET) {
           for (const int type : kInetSocketTypes)
-            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
-                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, static_cast<uint64_t>(type))),
+            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 3, SCMP_A0_32(SCMP_CMP_EQ, AF_INET),
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, kSocketTypeMask, static_cast<uint64_t>(type)),
+                                   SCMP_A2_64(SCMP_CMP_LT, kIpProtocolEnd)),
                   "socket AF_INET");
+        } else if (family == AF_INET6) {
+          check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 2, SCMP_A0_32(SCMP_CMP_EQ, family),
+                                 SCMP_A2_64(SCMP_CMP_LT, kIpProtocolEnd)),
+                "socket AF_INET6");
         } else {
           check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socket"), 1, SCMP_A0_32(SCMP_CMP_EQ, family)),
                 "socket");
         }
       }
-      rules.push_back({"socket", std::string("family is ") + kSocketFamiliesText + " (AF_INET: not SOCK_PACKET)",
+      rules.push_back({"socket",
+                       std::string("family is ") + kSocketFamiliesText +
+                           " (AF_INET: not SOCK_PACKET; AF_INET and AF_INET6: protocol below 256)",
                        "ALLOW", kSocketFamilyReason});
     } else if (name == "socketpair") {
       check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, resolve("socketpair"), 1, SCMP_A0_32(SCMP_CMP_EQ, AF_UNIX)),

@@ -38,9 +38,20 @@ std::vector<RlimitSetting> charged_rlimits();
 // before 5.16. No runtime in the rootfs locks memory.
 inline constexpr rlim_t kRunLockedBytes = 64 << 10;
 
-// core 0 (no dumps of sandbox memory), nofile, fsize from the limits;
-// rtprio 0, nice 0 and memlock kRunLockedBytes whatever nsbox was given.
+// core kRunCoreLimit (0 where nsbox's own hard limit is 0), nofile, fsize
+// from the limits; rtprio 0, nice 0 and memlock kRunLockedBytes whatever
+// nsbox was given.
 std::vector<RlimitSetting> rlimits_for(const Limits& limits);
+
+// A run's core limit, in bytes: no core file (the kernel writes none under
+// a page) and no dump to a core_pattern pipe, which ignores a limit of 0
+// and is aborted at exactly 1.
+inline constexpr rlim_t kRunCoreLimit = 1;
+
+// Raises this process's hard core limit to kRunCoreLimit where it is below
+// (limits.conf's `hard core 0`) and the process may (CAP_SYS_RESOURCE):
+// its runs could not be given the limit otherwise. Its soft limit stays.
+void allow_runs_their_core_limit() noexcept;
 
 // Under limits.best_effort, what stands in for cgroup limits the host cannot
 // enforce: RLIMIT_DATA per process for memory, RLIMIT_NPROC (per user, in the

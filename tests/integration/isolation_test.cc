@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
@@ -19,10 +20,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include <seccomp.h>
 
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "fixture.h"
@@ -152,6 +155,58 @@ TEST(Isolation, SchedulingAndLockingRlimitsAreSetNotInherited) {
   for (int i = 0; i < 3; ++i) ::setrlimit(resources[i], &saved[i]);
   ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
   EXPECT_EQ(r.stdout_data, "(0, 0) (0, 0) (65536, 65536)\n");
+}
+
+// What a run's core limit reads when nsbox is started with `ulimit -c`'s
+// hard limit at 0, as root and as an ordinary user (as whom, with a uid
+// argument). A hardened host's `* hard core 0` made every run fail to
+// start once the limit was 1 (review of 2026-12-06).
+std::string core_limit_of_a_run_under_hard_zero(std::optional<uid_t> as) {
+  int out[2];
+  EXPECT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(::open("/dev/null", O_WRONLY), 2);  // an ordinary user's best-effort warnings
+    if (as && (::setgroups(0, nullptr) != 0 || ::setresgid(*as, *as, *as) != 0 || ::setresuid(*as, *as, *as) != 0))
+      ::_exit(99);
+    const rlimit zero{0, 0};
+    if (::setrlimit(RLIMIT_CORE, &zero) != 0) ::_exit(97);
+    const std::string root = test_rootfs();
+    ::execl(NSBOX_BINARY, "nsbox", "run", "--best-effort", "--rootfs", root.c_str(), "--", "python3", "-c",
+            "import resource as r; print(r.getrlimit(r.RLIMIT_CORE))", static_cast<char*>(nullptr));
+    ::_exit(98);
+  }
+  ::close(out[1]);
+  std::string seen;
+  char buf[512];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) seen.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  EXPECT_EQ(wait_cli(pid), 0) << seen;
+  return seen;
+}
+
+// Whether this process has CAP_SYS_RESOURCE, which raising a hard limit
+// takes (this project's CI hosts run root without it).
+bool has_cap_sys_resource() {
+  std::istringstream status(slurp("/proc/self/status"));
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("CapEff:")) return (std::stoull(line.substr(7), nullptr, 16) >> CAP_SYS_RESOURCE) & 1;
+  return false;
+}
+
+// A run's core limit is 1 byte: no core file, and a dump to a core_pattern
+// pipe aborted, where 0 would hand the run's memory to the host's helper
+// (run as root). Under a hard limit of 0, an nsbox that may raises its own
+// to give it (root with CAP_SYS_RESOURCE); others give 0, and the run
+// still starts.
+TEST(Isolation, ARunsCoreLimitIsOneByteAndARunStartsUnderAHardLimitOfZero) {
+  Result r = run_with(capture_spec({"python3", "-c", "import resource as r; print(r.getrlimit(r.RLIMIT_CORE))"}));
+  ASSERT_EQ(r.status, RunStatus::kOk) << r.error << r.stderr_data;
+  EXPECT_EQ(r.stdout_data, "(1, 1)\n");
+  if (::geteuid() != 0) GTEST_SKIP() << "not root: the hard limit of 0 is tried as root";
+  EXPECT_EQ(core_limit_of_a_run_under_hard_zero(std::nullopt), has_cap_sys_resource() ? "(1, 1)\n" : "(0, 0)\n");
+  EXPECT_EQ(core_limit_of_a_run_under_hard_zero(65534), "(0, 0)\n");
 }
 
 // nsbox started under a hard limit below a run's (ulimit, a unit's

@@ -30,6 +30,8 @@ NR = {
     "socket": 41, "socketpair": 53, "modify_ldt": 154, "statmount": 457, "listmount": 458, "mseal": 462,
     "open_tree_attr": 467, "file_getattr": 468, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
     "io_submit": 209, "memfd_secret": 447, "open": 2, "openat": 257, "fcntl": 72, "openat2": 437,
+    "mmap": 9, "madvise": 28, "shmget": 29, "sendto": 44, "recvfrom": 45, "sendmsg": 46, "recvmsg": 47,
+    "prctl": 157, "setrlimit": 160, "recvmmsg": 299, "prlimit64": 302, "sendmmsg": 307, "memfd_create": 319,
 }
 
 

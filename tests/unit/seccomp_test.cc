@@ -2,9 +2,12 @@
 
 #include <fcntl.h>
 #include <linux/netlink.h>
+#include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -87,6 +90,11 @@ TEST(ForkServerPolicy, AllowsOnlyWhatAForkNeedsBeyondTheDefault) {
   for (const auto& r : def.rules()) {
     if (r.syscall == "unshare" || r.syscall == "mount" || r.syscall == "sethostname") continue;
     if (r.condition == "flags has CLONE_NEWUSER" || r.condition == "flags has CLONE_NEWPID") continue;
+    // Its PID 1 sets the run's rlimits before the run's own filter is stacked.
+    if (r.condition.starts_with("resource is RLIMIT_CORE")) {
+      EXPECT_FALSE(has_rule(fork, r.syscall, "ENOSYS")) << r.syscall << " " << r.condition;
+      continue;
+    }
     EXPECT_TRUE(has_rule(fork, r.syscall,
                          r.action == "EPERM"          ? "ENOSYS"
                          : r.action == "KILL_PROCESS" ? "ENOSYS"
@@ -202,6 +210,65 @@ TEST(DefaultPolicy, AnswersCallsNewerThanThePolicyWithEnosysInTheFilterItself) {
                                                                         {SYS_futex_waitv, 0, 0, 0, 0}});
   EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, EINVAL}))
       << "futex_waitv, which libseccomp names, is left to the kernel";
+}
+
+// What the kernel review of 2026-12-06 found reachable, answered by every
+// policy in the filter (ENOSYS here, without a listener) before the kernel
+// sees it, and what stays allowed (the kernel's own answer, or success):
+// huge pages, out-of-band data, multipath TCP, KSM, and a lower core limit.
+TEST(EveryPolicy, RefusesHugePagesOobMptcpKsmAndALowerCoreLimitInTheFilterItself) {
+  static const rlimit no_core{0, 0};
+  static rlimit old_core{};
+  static const char name[] = "nsbox-test";
+  const long core = reinterpret_cast<long>(&no_core);
+  const long old = reinterpret_cast<long>(&old_core);
+  const std::vector<std::array<long, 5>> refused = {
+      {SYS_mmap, 0, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB},
+      {SYS_memfd_create, reinterpret_cast<long>(name), MFD_HUGETLB, 0, 0},
+      {SYS_shmget, IPC_PRIVATE, 2 << 20, IPC_CREAT | SHM_HUGETLB, 0},
+      {SYS_sendto, -1, 0, 0, MSG_OOB},
+      {SYS_recvfrom, -1, 0, 0, MSG_OOB | MSG_DONTWAIT},
+      {SYS_sendmsg, -1, 0, MSG_OOB, 0},
+      {SYS_recvmsg, -1, 0, MSG_OOB, 0},
+      {SYS_sendmmsg, -1, 0, 0, MSG_OOB},
+      {SYS_recvmmsg, -1, 0, 0, MSG_OOB},
+      {SYS_socket, AF_INET, SOCK_STREAM, IPPROTO_MPTCP},
+      {SYS_socket, AF_INET6, SOCK_STREAM, IPPROTO_MPTCP},
+      {SYS_socket, AF_INET, SOCK_STREAM, IPPROTO_TCP | kHighJunk},
+      {SYS_prctl, 67 /* PR_SET_MEMORY_MERGE */, 1, 0, 0},
+      {SYS_prctl, 67 | kHighJunk, 1, 0, 0},
+      {SYS_setrlimit, RLIMIT_CORE, core, 0, 0},
+      {SYS_prlimit64, 0, RLIMIT_CORE, core, 0},
+      {SYS_prlimit64, 0, RLIMIT_CORE | kHighJunk, core, 0}};
+  // The kernel's answers: an unmapped address to advise (ENOMEM), which
+  // MADV_MERGEABLE is not given, length 0 (EINVAL), fd -1 (EBADF), a NULL
+  // name or limit (EFAULT), a size below SHMMIN (EINVAL).
+  const std::vector<std::array<long, 5>> allowed = {{SYS_madvise, 0, 4096, MADV_MERGEABLE, 0},
+                                                    {SYS_madvise, 0, 4096, MADV_MERGEABLE | kHighJunk, 0},
+                                                    {SYS_madvise, 0, 4096, MADV_NORMAL, 0},
+                                                    {SYS_mmap, 0, 0, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS},
+                                                    {SYS_memfd_create, 0, 0, 0, 0},
+                                                    {SYS_shmget, IPC_PRIVATE, 0, IPC_CREAT, 0},
+                                                    {SYS_sendto, -1, 0, 0, 0},
+                                                    {SYS_sendmsg, -1, 0, 0, 0},
+                                                    {SYS_socket, AF_INET, SOCK_STREAM, IPPROTO_TCP},
+                                                    {SYS_socket, AF_INET6, SOCK_DGRAM, 0},
+                                                    {SYS_prctl, PR_GET_DUMPABLE, 0, 0, 0},
+                                                    {SYS_setrlimit, RLIMIT_NOFILE, 0, 0, 0},
+                                                    {SYS_prlimit64, 0, RLIMIT_CORE, 0, old},
+                                                    {SYS_prlimit64, 0, RLIMIT_NOFILE, 0, old}};
+  const std::vector<int> all_refused(refused.size(), ENOSYS);
+  const std::vector<int> kernels = {0, 0, ENOMEM, EINVAL, EFAULT, EINVAL, EBADF, EBADF, 0, 0, 0, EFAULT, 0, 0};
+  EXPECT_EQ(answers_under(SeccompProgram::default_policy(), refused), all_refused);
+  EXPECT_EQ(answers_under(SeccompProgram::default_policy(), allowed), kernels);
+  EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), refused), all_refused);
+  // strict lists neither memfd_create, shmget nor setrlimit.
+  EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), allowed),
+            (std::vector<int>{0, 0, ENOMEM, EINVAL, ENOSYS, ENOSYS, EBADF, EBADF, 0, 0, 0, ENOSYS, 0, 0}));
+  // The fork server's PID 1 sets the run's core limit under its filter.
+  std::vector<int> fork_server = all_refused;
+  fork_server.end()[-3] = fork_server.end()[-2] = fork_server.end()[-1] = 0;
+  EXPECT_EQ(answers_under(SeccompProgram::fork_server_policy(), refused), fork_server);
 }
 
 // An allow list reads ioctl's request as the kernel does, by its low 32
