@@ -147,10 +147,16 @@ size_t largest_fork_request_bytes(const RunSpec& spec) {
   std::set<std::string> missing;
   if (spec.limits.cgroup.memory_bytes) missing.insert("memory");
   if (spec.limits.cgroup.pids) missing.insert("pids");
-  std::vector<RlimitSetting> rlimits = rlimits_for(spec.limits);
-  for (const auto& extra : standin_rlimits(spec.limits, missing, false)) rlimits.push_back(extra);
-  for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);
-  return 1 + fork_request(spec, rlimits, program).size();
+  return 1 + fork_request(spec, forked_run_rlimits(spec.limits, missing), program).size();
+}
+
+std::vector<RlimitSetting> forked_run_rlimits(const Limits& limits, const std::set<std::string>& missing) {
+  std::vector<RlimitSetting> rlimits = rlimits_for(limits);
+  // Inherited from the fork server, whose filter refuses setting it.
+  std::erase_if(rlimits, [](const RlimitSetting& r) { return r.resource == RLIMIT_CORE; });
+  for (const auto& extra : standin_rlimits(limits, missing, false)) rlimits.push_back(extra);
+  for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);  // PID 1's too (forkinit.c)
+  return rlimits;
 }
 
 }  // namespace nsbox

@@ -97,9 +97,8 @@ std::vector<RlimitSetting> rlimits_for(const Limits& limits) {
   if (::getrlimit(RLIMIT_MEMLOCK, &own) == 0 && own.rlim_max < locked) locked = own.rlim_max;
   // Not 0, which a core_pattern pipe ignores: the crashed run's memory
   // would go to the host's helper, which runs as root. 0 only where nsbox
-  // itself may not have more (allow_runs_their_core_limit); the seccomp
-  // filter keeps a run from lowering it.
-  allow_runs_their_core_limit();
+  // itself may not have more (allow_runs_their_core_limit, which the
+  // Launcher calls); the seccomp filter keeps a run from lowering it.
   rlim_t core = kRunCoreLimit;
   if (::getrlimit(RLIMIT_CORE, &own) == 0 && own.rlim_max < core) core = own.rlim_max;
   return {

@@ -564,6 +564,9 @@ Launcher::Launcher(const LauncherOptions& options)
   // A workload that closes its stdin early must not kill the supervisor
   // feeding it; the workload's own SIGPIPE disposition is reset to default.
   ::signal(SIGPIPE, SIG_IGN);
+  // Once per process, not per run: a failed attempt (no CAP_SYS_RESOURCE)
+  // would fail the same way each time.
+  allow_runs_their_core_limit();
   stale_removed_ = remove_stale_run_cgroups(cgroups_).removed + remove_stale_workspaces(host_ids_.uid);
 }
 
@@ -1054,9 +1057,7 @@ std::unique_ptr<PreparedRun> Launcher::prepare_forked(const RunSpec& input, int 
     if (!cgroup || !cgroup->counts_cpu_time())
       throw SysError("fork server", "a forked run needs a cgroup that measures CPU time, and this host gives none",
                      ENOTSUP);
-    auto rlimits = rlimits_for(spec.limits);
-    for (const auto& extra : standin_rlimits(spec.limits, unenforced, false)) rlimits.push_back(extra);
-    for (const auto& charged : charged_rlimits()) rlimits.push_back(charged);  // PID 1's too (forkinit.c)
+    const std::vector<RlimitSetting> rlimits = forked_run_rlimits(spec.limits, unenforced);
     require_within_own_hard_limits(rlimits);
 
     Pipe errors = Pipe::create();

@@ -170,9 +170,6 @@ struct ValueRule {
   int err;  // 0: success, nothing done; EPERM: refused
   const char* condition;
   const char* reason;
-  // A policy may leave the rule out by this name (the fork server's PID 1
-  // sets the run's rlimits under the fork server's filter).
-  const char* exemption = nullptr;
 };
 constexpr ValueRule kValueRules[] = {
     // Advice that drops cached pages of a file, so that each read of it goes
@@ -182,7 +179,7 @@ constexpr ValueRule kValueRules[] = {
     {"madvise", 2, kMadvPageout, 0, "advice is MADV_PAGEOUT", kDropCacheReason},
     {"madvise", 2, MADV_MERGEABLE, 0, "advice is MADV_MERGEABLE", kMergeReason},
     {"prctl", 0, kPrSetMemoryMerge, EPERM, "option is PR_SET_MEMORY_MERGE", kMergeReason},
-    {"setrlimit", 0, RLIMIT_CORE, EPERM, "resource is RLIMIT_CORE", kCoreLimitReason, "RLIMIT_CORE"},
+    {"setrlimit", 0, RLIMIT_CORE, EPERM, "resource is RLIMIT_CORE", kCoreLimitReason},
 };
 // An int argument as the kernel reads it: its low 32 bits.
 constexpr uint64_t kLowWord = 0xffffffffull;
@@ -318,10 +315,9 @@ SeccompProgram SeccompProgram::fork_server_policy() {
   // run's PID 1.
   // Without a listener, so that each run's filter, stacked on this one, can
   // have its own.
-  // Its PID 1 also sets the run's rlimits, RLIMIT_CORE included, before
-  // the run's own filter is stacked.
-  return deny_list({"clone CLONE_NEWUSER", "clone CLONE_NEWPID", "unshare", "mount", "sethostname", "RLIMIT_CORE"},
-                   false);
+  // Its PID 1 also sets the run's rlimits, all but RLIMIT_CORE, which a run
+  // inherits from the fork server and which nothing in it may change.
+  return deny_list({"clone CLONE_NEWUSER", "clone CLONE_NEWPID", "unshare", "mount", "sethostname"}, false);
 }
 
 namespace {
@@ -398,9 +394,9 @@ struct Refusal {
 // The rules every policy has, whatever it allows: the no-op calls, the flag
 // and value rules, O_DIRECT through fcntl and lowering the core limit
 // refused. `allow_rest` (allow lists) adds the calls' other uses as allowed,
-// when the list has them. Rules whose exemption is in `exempt` are left out.
+// when the list has them.
 void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules, const std::set<std::string>* allow_rest,
-                      const Refusal& refusal, const std::set<std::string>& exempt = {}) {
+                      const Refusal& refusal) {
   auto listed = [&](const char* call) { return !allow_rest || allow_rest->count(call) > 0; };
   auto answer = [&](int err) { return err == EPERM ? refusal.action : SCMP_ACT_ERRNO(static_cast<uint32_t>(err)); };
   // An allow list refuses with EPERM by default: a rule of that action is
@@ -444,7 +440,7 @@ void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules, 
   // An allow list allows each call's argument's other values, in one go.
   std::map<std::pair<std::string, unsigned>, std::vector<uint32_t>> answered;
   for (const auto& rule : kValueRules) {
-    if (!listed(rule.call) || (rule.exemption && exempt.count(rule.exemption))) continue;
+    if (!listed(rule.call)) continue;
     add_answer(rule.err, rule.call, SCMP_CMP64(rule.arg, SCMP_CMP_MASKED_EQ, kLowWord, rule.value));
     answered[{rule.call, rule.arg}].push_back(rule.value);
     rules.push_back({rule.call, rule.condition, answer_text(rule.err), rule.reason});
@@ -453,7 +449,7 @@ void add_common_rules(scmp_filter_ctx ctx, std::vector<SeccompRuleInfo>& rules, 
     for (const auto& [call, values] : answered) allow_low_word_except(ctx, call.first.c_str(), call.second, values);
   // prlimit64 may read RLIMIT_CORE (getrlimit is prlimit64 with no new
   // limit), not set it.
-  if (listed("prlimit64") && !exempt.count("RLIMIT_CORE")) {
+  if (listed("prlimit64")) {
     if (!allow_rest)
       check(seccomp_rule_add(ctx, refusal.action, resolve("prlimit64"), 2,
                              SCMP_A1_64(SCMP_CMP_MASKED_EQ, kLowWord, RLIMIT_CORE), SCMP_A2_64(SCMP_CMP_NE, 0)),
@@ -550,7 +546,7 @@ SeccompProgram SeccompProgram::deny_list(const std::set<std::string>& allowed, b
       "personality");
   rules.push_back({"personality", "persona is not 0xffffffff (query)", eperm,
                    "changing the execution domain, e.g. disabling ASLR"});
-  add_common_rules(ctx.get(), rules, nullptr, Refusal{action(EPERM), eperm}, allowed);
+  add_common_rules(ctx.get(), rules, nullptr, Refusal{action(EPERM), eperm});
 
   program.finish(ctx.get());
   return program;

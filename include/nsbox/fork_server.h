@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,11 @@ std::string fork_request(const RunSpec& spec, const std::vector<RlimitSetting>& 
 // kMaxForkRequestBytes when a node loads its tenants, so that a profile
 // whose forked runs would all fail is refused then.
 size_t largest_fork_request_bytes(const RunSpec& spec);
+
+// The rlimits a forked run's PID 1 sets (forkinit.c): a run's, with the
+// stand-ins for the controllers in `missing`, and the charged ones. Not
+// RLIMIT_CORE: a run inherits the fork server's, which the fork server's
+// filter keeps anything in it from changing.
+std::vector<RlimitSetting> forked_run_rlimits(const Limits& limits, const std::set<std::string>& missing);
 
 }  // namespace nsbox

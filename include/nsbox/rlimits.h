@@ -51,6 +51,7 @@ inline constexpr rlim_t kRunCoreLimit = 1;
 // Raises this process's hard core limit to kRunCoreLimit where it is below
 // (limits.conf's `hard core 0`) and the process may (CAP_SYS_RESOURCE):
 // its runs could not be given the limit otherwise. Its soft limit stays.
+// The Launcher's constructor calls it, once per process.
 void allow_runs_their_core_limit() noexcept;
 
 // Under limits.best_effort, what stands in for cgroup limits the host cannot
