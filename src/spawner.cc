@@ -668,27 +668,19 @@ class LeftBehind {
   static constexpr auto kShortWait = std::chrono::milliseconds(20);
 
   void sweep(const Launcher& launcher, std::chrono::milliseconds wait) {
-    std::vector<std::string> left;
+    bool again = true;  // a sweep that fails is tried again, with what was known left kept
     try {
       // Cgroups known to hold a stuck process are not waited for again.
       const StaleSweep cgroups = remove_stale_run_cgroups(launcher.cgroup_host(), left_.empty() ? wait : kShortWait);
-      left = cgroups.left;
       const int removed = cgroups.removed + remove_stale_workspaces(launcher.host_ids().uid);
       if (removed > 0) spdlog::warn("spawner: removed {} run cgroups and workspaces that ended workers left", removed);
+      log_change(cgroups.left);
+      left_ = cgroups.left;
+      again = !left_.empty();
     } catch (const std::exception& e) {
-      spdlog::error("spawner: removing what ended workers left: {}", e.what());
-      // Tried again, as if nothing had changed.
-      left = left_.empty() ? std::vector<std::string>{"(unknown: the sweep failed)"} : left_;
+      spdlog::error("spawner: removing what ended workers left (tried again in {} s): {}", kInterval.count(), e.what());
     }
-    if (!left.empty() && left != left_)
-      spdlog::warn(
-          "spawner: run cgroups still hold a process that SIGKILL has not ended (stuck in the kernel: a stalled "
-          "NFS or FUSE file, memory pressure); removing them again every {} s: {}",
-          kInterval.count(), joined(left));
-    else if (left.empty() && !left_.empty())
-      spdlog::info("spawner: the run cgroups left behind are removed");
-    left_ = std::move(left);
-    next_ = left_.empty() ? std::nullopt : std::optional(std::chrono::steady_clock::now() + kInterval);
+    next_ = again ? std::optional(std::chrono::steady_clock::now() + kInterval) : std::nullopt;
   }
   // How long until the next sweep is due; none while nothing is left.
   std::optional<std::chrono::milliseconds> until_next() const {
@@ -700,6 +692,16 @@ class LeftBehind {
 
  private:
   static constexpr auto kInterval = std::chrono::seconds(5);
+
+  void log_change(const std::vector<std::string>& left) const {
+    if (!left.empty() && left != left_)
+      spdlog::warn(
+          "spawner: run cgroups still hold a process that SIGKILL has not ended (stuck in the kernel: a stalled "
+          "NFS or FUSE file, memory pressure); removing them again every {} s: {}",
+          kInterval.count(), joined(left));
+    else if (left.empty() && !left_.empty())
+      spdlog::info("spawner: the run cgroups left behind are removed");
+  }
 
   static std::string joined(const std::vector<std::string>& items) {
     std::string out;
