@@ -428,12 +428,10 @@ std::string decode_base64(const std::string& text) {
 // server.
 Outcome run_through_node(const Attack& a, bool forked = false) {
   json body = {{"code", a.code}, {"inputs", bait->params()}, {"timeout", a.timeout_s}};
-  if (a.lang == Lang::kJavaScript) {
-    body["language"] = "javascript";
-    // Through the fork-server tenant, runs meet a warm forked sandbox or
-    // are forked at the request, as the pool stands.
-    if (!forked) wait_for_warm_pool();
-  }
+  if (a.lang == Lang::kJavaScript) body["language"] = "javascript";
+  // Through the fork-server tenant, runs meet a warm forked sandbox or are
+  // forked at the request, as the pool stands.
+  if (!forked) wait_for_warm_pool();
   // Until then (the node has just started) its runs start cold.
   if (forked) wait_for_fork_servers();
   httplib::Headers auth;
@@ -454,9 +452,9 @@ Outcome run_through_node(const Attack& a, bool forked = false) {
   // A warm sandbox of that tenant was forked too (ahead of its request).
   if (forked && j.value("pool", "") != "warm" && j.value("pool", "") != "forked")
     o.mode_error = "not forked (pool " + j.value("pool", "?") + ")";
-  // A JavaScript attack through the pool must meet a warm sandbox.
-  if (a.lang == Lang::kJavaScript && !forked && !o.pool.empty() && o.pool != "warm")
-    o.mode_error = "not served warm (pool " + o.pool + ")";
+  // An attack through the pool must meet a warm sandbox: a cold start
+  // would pass on the launcher's defences, not the warm path's.
+  if (!forked && !o.pool.empty() && o.pool != "warm") o.mode_error = "not served warm (pool " + o.pool + ")";
   check_forked_flag(a, forked, o);
   for (const auto& art : j.value("artifacts", json::array())) {
     try {

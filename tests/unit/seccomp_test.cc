@@ -154,6 +154,23 @@ TEST(DefaultPolicy, RefusesSocketsOfOtherFamiliesInTheFilterItself) {
   EXPECT_EQ(answers, (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, ENOSYS, EAFNOSUPPORT, ENOSYS, 0, 0, EAFNOSUPPORT, 0}));
 }
 
+// clone with each namespace flag, in the compiled filter: with CLONE_THREAD
+// and no CLONE_SIGHAND, so that the kernel refuses every one itself (EINVAL)
+// and nothing is ever cloned; the filter answers first. The fork server's
+// own filter lets it make a run's user and pid namespaces.
+TEST(EveryPolicy, RefusesCloneWithEachNamespaceFlagInTheFilterItself) {
+  const std::vector<unsigned long> flags = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                                            CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+  std::vector<std::array<long, 5>> calls;
+  for (unsigned long flag : flags) calls.push_back({SYS_clone, static_cast<long>(flag | CLONE_THREAD), 0, 0, 0});
+  calls.push_back({SYS_clone, CLONE_THREAD, 0, 0, 0});  // no namespace: the kernel's own EINVAL
+  const std::vector<int> refused = {ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, ENOSYS, EINVAL};
+  EXPECT_EQ(answers_under(SeccompProgram::default_policy(), calls), refused);
+  EXPECT_EQ(answers_under(SeccompProgram::strict_policy(), calls), refused);
+  EXPECT_EQ(answers_under(SeccompProgram::fork_server_policy(), calls),
+            (std::vector<int>{ENOSYS, ENOSYS, ENOSYS, EINVAL, EINVAL, ENOSYS, ENOSYS, EINVAL}));
+}
+
 // What every policy answers in the kernel, whatever else it allows: native
 // AIO, memfd_secret and openat2 ENOSYS; sync and syncfs succeed doing
 // nothing (the kernel would say EBADF to syncfs(-1)); O_DIRECT EINVAL (the

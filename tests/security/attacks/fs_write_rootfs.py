@@ -1,4 +1,7 @@
-"""Replace a system binary or /etc/passwd in the rootfs."""
+"""Replace a system binary or /etc/passwd in the rootfs. Their owner (host
+root) is no one in the sandbox, so a write fails on permissions alone: the
+mounts under them must also be read-only, or a lost MS_RDONLY would go
+unnoticed."""
 def main(args):
     for path in ("/usr/bin/python3", "/etc/passwd", "/bin/sh", "/opt/nsbox/runner.py"):
         try:
@@ -11,4 +14,7 @@ def main(args):
         return escaped("created /usr/evil")
     except OSError:
         pass
+    writable = [p for p in ("/", "/usr", "/usr/bin", "/etc", "/opt/nsbox") if not os.statvfs(p).f_flag & os.ST_RDONLY]
+    if writable:
+        return escaped("mounted read-write: " + ", ".join(writable))
     return stopped("the rootfs is read-only")
