@@ -682,7 +682,7 @@ class LeftBehind {
     }
     next_ = again ? std::optional(std::chrono::steady_clock::now() + kInterval) : std::nullopt;
   }
-  // How long until the next sweep is due; none while nothing is left.
+  // How long until the next sweep is due; none while nothing is left to retry.
   std::optional<std::chrono::milliseconds> until_next() const {
     if (!next_) return std::nullopt;
     return std::max(std::chrono::milliseconds(0),

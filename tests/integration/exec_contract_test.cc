@@ -130,7 +130,8 @@ std::string case_name(const ::testing::TestParamInfo<json>& info) {
 
 // The cases a limit ends (a wall-time limit, a memory limit the cgroup
 // enforces) apart from the rest, whose answers no cgroup or kernel shapes:
-// the cgroup v2 guest runs only these (label userspace, tests/CMakeLists.txt).
+// the rest are labelled userspace (tests/CMakeLists.txt), and the cgroup v2
+// guest runs only the limit cases.
 std::vector<json> cases_ended_by_a_limit(bool ended) {
   std::vector<json> out;
   for (const auto& c : contract_cases()) {
