@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
@@ -57,27 +58,31 @@ TEST(Isolation, ProcShowsOnlyTheSandboxsProcesses) {
   EXPECT_EQ(out, "[1, 2]\n2\n");
 }
 
+// The secret is planted, world-readable, where the sandbox mounts nothing of
+// its own (/var/tmp, the test's cwd) as well as where it does (/tmp,
+// /dev/shm): a stray bind of a host directory would show it.
 TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
   const std::string name = unique_token("nsboxtest-secret-");
-  const std::string path = "/tmp/" + name;
-  {
-    std::ofstream f(path);
-    f << "TOPSECRET";
+  const std::vector<std::string> paths = {"/tmp/" + name, "/var/tmp/" + name, "/dev/shm/" + name,
+                                          std::filesystem::current_path().string() + "/" + name};
+  std::string listed;
+  for (const auto& path : paths) {
+    std::ofstream(path) << "TOPSECRET";
+    ASSERT_EQ(::chmod(path.c_str(), 0644), 0) << path;
+    listed += "'" + path + "', ";
   }
   std::string out = python(
       "import os\n"
-      "path = '" +
-      path +
-      "'\n"
       "found = []\n"
-      "for p in [path, '/proc/1/root' + path, '/proc/self/root' + path, '/proc/1/cwd/' + path,\n"
-      "          '/proc/self/cwd/../..' + path, '/dev/shm/" +
-      name +
-      "']:\n"
-      "    try:\n"
-      "        found.append(open(p).read())\n"
-      "    except OSError:\n"
-      "        pass\n"
+      "for path in [" +
+      listed +
+      "]:\n"
+      "    for p in [path, '/proc/1/root' + path, '/proc/self/root' + path, '/proc/1/cwd/' + path,\n"
+      "              '/proc/self/cwd/../..' + path]:\n"
+      "        try:\n"
+      "            found.append(open(p).read())\n"
+      "        except OSError:\n"
+      "            pass\n"
       "for root, dirs, files in os.walk('/'):\n"
       "    if root.startswith('/proc'):\n"
       "        dirs[:] = []\n"
@@ -86,7 +91,7 @@ TEST(Isolation, HostFileOutsideRootfsCannotBeReadByAnyPath) {
       "' in files:\n"
       "        found.append(root)\n"
       "print('found' if found else 'none', found)\n");
-  ::unlink(path.c_str());
+  for (const auto& path : paths) ::unlink(path.c_str());
   EXPECT_EQ(out, "none []\n");
 }
 

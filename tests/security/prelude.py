@@ -59,11 +59,14 @@ def refused(name, *args, errnos=(errno.EPERM,)):
     return escaped(f"{name} returned {r} (errno {e})")
 
 
-def fails(what, fn, *args):
-    """fn(*args) must raise OSError; anything else is an escape."""
+def fails(what, fn, *args, errnos=None):
+    """fn(*args) must raise OSError, with one of errnos when given (an error
+    for another reason proves nothing); anything else is an escape."""
     try:
         result = fn(*args)
     except OSError as e:
+        if errnos and e.errno not in errnos:
+            return escaped(f"{what}: {e!r}, not {'/'.join(errno.errorcode[n] for n in errnos)}")
         return stopped(f"{what}: {e.strerror or e}")
     return escaped(f"{what} succeeded: {result!r}"[:300])
 

@@ -9,8 +9,9 @@ def main(args):
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        # 3 is the result pipe of the agent runner; the listing's own fd is a directory in /proc.
-        if target.startswith(("pipe:", "/proc/")) :
+        # 3 is the result pipe of the agent runner, and the only pipe past
+        # stdio; the listing's own fd is a directory in /proc.
+        if target.startswith("/proc/") or (n == 3 and target.startswith("pipe:")):
             continue
         extra.append(f"{fd} -> {target}")
     if extra:
