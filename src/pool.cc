@@ -182,7 +182,7 @@ void WarmPool::on_events(const std::vector<pollfd>& fds) {
           it->memory_bytes = ready.memory_bytes;
           stats_->refills.fetch_add(1);
           stats_->refill_ms_total.fetch_add(static_cast<uint64_t>(
-              std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - it->started).count()));
+              std::chrono::duration_cast<std::chrono::milliseconds>(now_() - it->started).count()));
         } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
           // The worker is gone (its sandbox failed or died): it is reaped
           // by the spawner, and replaced by the next refill.
@@ -221,7 +221,7 @@ pid_t WarmPool::take(const std::string& key, int job_fd) {
     (w->ready ? stats_->hits : stats_->waits).fetch_add(1);
     const pid_t taker = w->pid;
     workers.erase(w);
-    if (was_full) it->second.refill_at = Clock::now() + refill_delay_;
+    if (was_full) it->second.refill_at = now_() + refill_delay_;
     update_gauges();
     return taker;
   }
@@ -242,12 +242,12 @@ void WarmPool::note_failure(Key& k) {
   // that refuses a namespace) would otherwise be retried in a busy loop.
   ++k.failures;
   const auto delay = kFirstRetryDelay * (1 << std::min<uint32_t>(k.failures - 1, 10));
-  k.retry_at = Clock::now() + std::min<Clock::duration>(delay, kMaxRetryDelay);
+  k.retry_at = now_() + std::min<Clock::duration>(delay, kMaxRetryDelay);
 }
 
 std::optional<std::chrono::milliseconds> WarmPool::next_retry() const {
   std::optional<std::chrono::milliseconds> soonest;
-  const auto now = Clock::now();
+  const auto now = now_();
   for (const auto& [key, k] : keys_) {
     // Only a key the last refill() held back: one short for another reason
     // (its fork server starting, kMaxStartingPerKey, the memory budget)
@@ -274,7 +274,7 @@ bool WarmPool::tree_still_named(Key& k) {
     k.tree_moved = false;
     return true;
   }
-  k.refill_at = std::max(k.refill_at, Clock::now() + std::chrono::seconds(1));
+  k.refill_at = std::max(k.refill_at, now_() + std::chrono::seconds(1));
   if (!k.tree_moved)
     spdlog::warn(
         "pool of profile {} ({}): rootfs {} no longer resolves to {}: its runs start cold on the new tree "
@@ -286,7 +286,7 @@ bool WarmPool::tree_still_named(Key& k) {
 
 void WarmPool::refill(std::vector<pid_t>& children) {
   for (auto& [key, k] : keys_) {
-    const auto now = Clock::now();
+    const auto now = now_();
     k.held_back = (k.failures > 0 && now < k.retry_at) || now < k.refill_at || !tree_still_named(k);
     if (k.held_back) continue;
     while (k.workers.size() < k.entry.size) {
@@ -338,7 +338,7 @@ void WarmPool::refill(std::vector<pid_t>& children) {
       Worker w;
       w.pid = pid;
       w.ctl = std::move(mine);
-      w.started = Clock::now();
+      w.started = now_();
       k.workers.push_back(std::move(w));
     }
   }
@@ -366,7 +366,7 @@ bool WarmPool::start_keeper(Key& k, std::vector<pid_t>& children) {
   k.keeper = Worker{};
   k.keeper.pid = pid;
   k.keeper.ctl = std::move(ctl_mine);
-  k.keeper.started = Clock::now();
+  k.keeper.started = now_();
   // Handed to workers only once the keeper says its fork server serves.
   k.fork_server = std::move(requests_mine);
   return true;

@@ -135,12 +135,17 @@ class WarmPool {
   // forked to end, up to their wall time) or the fork server dies.
   using KeeperMain = std::function<void(const PoolEntry& entry, int ctl, int fork_server_end)>;
 
+  // What the pool reads the time from: the steady clock, or a test's own,
+  // which makes its delays and back-offs exact to check.
+  using Now = std::function<std::chrono::steady_clock::time_point()>;
+
   WarmPool(PoolStats* stats, WorkerMain worker_main, KeeperMain keeper_main = {},
-           std::chrono::milliseconds refill_delay = kRefillDelay)
+           std::chrono::milliseconds refill_delay = kRefillDelay, Now now = std::chrono::steady_clock::now)
       : stats_(stats),
         worker_main_(std::move(worker_main)),
         keeper_main_(std::move(keeper_main)),
-        refill_delay_(refill_delay) {}
+        refill_delay_(refill_delay),
+        now_(std::move(now)) {}
   WarmPool(const WarmPool&) = delete;
   WarmPool& operator=(const WarmPool&) = delete;
 
@@ -219,6 +224,7 @@ class WarmPool {
   WorkerMain worker_main_;
   KeeperMain keeper_main_;
   std::chrono::milliseconds refill_delay_;
+  Now now_;
   std::map<std::string, Key> keys_;
   std::vector<Worker> retiring_;  // keys dropped while their workers start
   uint64_t memory_budget_ = 0;

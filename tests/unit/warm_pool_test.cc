@@ -1,5 +1,7 @@
 // WarmPool's bookkeeping with stand-in pool workers (forked children that
-// only say ready): no sandbox, no privileges.
+// only say ready): no sandbox, no privileges. Its delays and back-offs run
+// on a clock the tests move by hand, so they are checked to the millisecond
+// however loaded the machine is.
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -11,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
 #include <vector>
 
 #include "nsbox/fd_passing.h"
@@ -32,6 +33,18 @@ void stand_in_worker(const PoolEntry&, int ctl, int) {
   (void)::read(ctl, &tag, 1);
   ::_exit(0);
 }
+
+// The time as the pool sees it; moves only when the test says.
+struct ManualClock {
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  WarmPool::Now reader() {
+    return [this] { return at; };
+  }
+};
+
+// next_retry() rounds what is left up by 1 ms, so that the spawner never
+// wakes just before a key is due.
+milliseconds wake_after(milliseconds left) { return left + milliseconds(1); }
 
 class WarmPoolTest : public ::testing::Test {
  protected:
@@ -73,9 +86,9 @@ class WarmPoolTest : public ::testing::Test {
 
 TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
   PoolStats stats;
+  ManualClock clock;
   const milliseconds delay(400);
-  const milliseconds slack(100);  // for a loaded machine: far below the delay
-  WarmPool pool(&stats, stand_in_worker, {}, delay);
+  WarmPool pool(&stats, stand_in_worker, {}, delay, clock.reader());
   pool.configure({entry(3)}, 0);
   EXPECT_FALSE(pool.next_retry()) << "nothing is held back before any take";
   pool.refill(children_);  // two start at once (kMaxStartingPerKey), then the third
@@ -87,7 +100,6 @@ TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   UniqueFd job(sv[0]), worker_end(sv[1]);
-  const auto before_take = std::chrono::steady_clock::now();
   ASSERT_TRUE(pool.take("key", job.get()));
 
   std::vector<pid_t> started;
@@ -95,21 +107,28 @@ TEST_F(WarmPoolTest, ATakesReplacementStartsOnlyAfterTheRefillDelay) {
   EXPECT_TRUE(started.empty()) << "the replacement started at once";
   auto wait = pool.next_retry();
   ASSERT_TRUE(wait) << "the spawner would not wake up for the held-back refill";
-  EXPECT_GT(*wait, delay - slack);
-  EXPECT_LE(*wait, delay + milliseconds(1));
+  EXPECT_EQ(*wait, wake_after(delay));
 
   // A take while the refill is pending does not push it further: a steady
   // stream of takes still refills.
-  std::this_thread::sleep_for(delay / 2);
+  clock.at += delay / 2;
   ASSERT_TRUE(pool.take("key", job.get()));
   pool.refill(started);
   EXPECT_TRUE(started.empty());
-  auto second_wait = pool.next_retry();
-  ASSERT_TRUE(second_wait);
-  EXPECT_LE(std::chrono::steady_clock::now() + *second_wait, before_take + delay + slack);
+  wait = pool.next_retry();
+  ASSERT_TRUE(wait);
+  EXPECT_EQ(*wait, wake_after(delay / 2)) << "the second take moved the refill";
 
-  // Nor does one that comes once the delay is over, before refill() ran.
-  std::this_thread::sleep_for(*second_wait);
+  // Held back until the very end of the delay.
+  clock.at += delay / 2 - milliseconds(1);
+  pool.refill(started);
+  EXPECT_TRUE(started.empty()) << "the replacements started before the delay was over";
+  wait = pool.next_retry();
+  ASSERT_TRUE(wait);
+  EXPECT_EQ(*wait, wake_after(milliseconds(1)));
+
+  // Nor does a take that comes once the delay is over, before refill() ran.
+  clock.at += milliseconds(1);
   ASSERT_TRUE(pool.take("key", job.get()));
   EXPECT_EQ(stats.hits.load(), 3u);
   pool.refill(started);
@@ -237,8 +256,9 @@ void dies_starting(const PoolEntry&, int, int) { ::_exit(3); }
 
 TEST_F(WarmPoolTest, ATakesRefillIsNotLostWhenTheSpawnerComesBackAfterTheDelay) {
   PoolStats stats;
-  const milliseconds delay(300);  // long enough for a loaded machine's refill() after the take
-  WarmPool pool(&stats, stand_in_worker, {}, delay);
+  ManualClock clock;
+  const milliseconds delay(300);
+  WarmPool pool(&stats, stand_in_worker, {}, delay, clock.reader());
   pool.configure({entry(1)}, 0);
   pool.refill(children_);
   wait_until_idle(pool, stats, 1);
@@ -251,7 +271,7 @@ TEST_F(WarmPoolTest, ATakesRefillIsNotLostWhenTheSpawnerComesBackAfterTheDelay) 
   EXPECT_TRUE(started.empty());
   // The spawner is preempted before its loop top looks at next_retry()
   // (2 CPUs, ctest -j2): the delay is over by then.
-  std::this_thread::sleep_for(delay + milliseconds(10));
+  clock.at += delay + milliseconds(10);
   const auto wait = pool.next_retry();
   ASSERT_TRUE(wait) << "the spawner would sleep in poll(-1) with the key short";
   EXPECT_EQ(*wait, milliseconds(0));
@@ -261,24 +281,35 @@ TEST_F(WarmPoolTest, ATakesRefillIsNotLostWhenTheSpawnerComesBackAfterTheDelay) 
   pool.retire_all();
 }
 
-TEST_F(WarmPoolTest, ABackOffThatEndsBeforeTheSpawnerLooksStillWakesIt) {
+// A start that fails is retried after kFirstRetryDelay, then after twice
+// that, and so on; a back-off that is over before the spawner looks at
+// next_retry() still wakes it at once.
+TEST_F(WarmPoolTest, AFailedStartIsRetriedAfterABackOffThatDoubles) {
   PoolStats stats;
-  WarmPool pool(&stats, dies_starting);
+  ManualClock clock;
+  WarmPool pool(&stats, dies_starting, {}, kRefillDelay, clock.reader());
   pool.configure({entry(1)}, 0);
-  pool.refill(children_);
-  ASSERT_EQ(children_.size(), 1u);
-  // Its control socket hangs up: note_failure, a back-off of kFirstRetryDelay.
-  ASSERT_TRUE(pump_until(pool, [&] { return stats.starting.load() == 0; }));
   std::vector<pid_t> started;
-  pool.refill(started);
-  if (!started.empty()) {
-    children_.insert(children_.end(), started.begin(), started.end());
-    pool.retire_all();
-    GTEST_SKIP() << "this machine took longer than the back-off (" << kFirstRetryDelay.count()
-                 << " ms) to get from the failure to refill()";
+  for (int failures = 1; failures <= 3; ++failures) {
+    pool.refill(started);
+    ASSERT_EQ(started.size(), static_cast<size_t>(failures)) << "no start after " << failures - 1 << " failures";
+    // Its control socket hangs up: note_failure, a back-off.
+    ASSERT_TRUE(pump_until(pool, [&] { return stats.starting.load() == 0; }));
+    const milliseconds back_off = kFirstRetryDelay * (1 << (failures - 1));
+    pool.refill(started);
+    EXPECT_EQ(started.size(), static_cast<size_t>(failures)) << "retried at once after failure " << failures;
+    auto wait = pool.next_retry();
+    ASSERT_TRUE(wait) << "the spawner would never retry the failed start";
+    EXPECT_EQ(*wait, wake_after(back_off)) << "after failure " << failures;
+    clock.at += back_off - milliseconds(1);
+    pool.refill(started);
+    EXPECT_EQ(started.size(), static_cast<size_t>(failures)) << "retried before the back-off was over";
+    clock.at += milliseconds(50);
+    wait = pool.next_retry();
+    ASSERT_TRUE(wait) << "a back-off over before the spawner looked would never wake it";
+    EXPECT_EQ(*wait, milliseconds(0));
   }
-  std::this_thread::sleep_for(kFirstRetryDelay + milliseconds(50));
-  ASSERT_TRUE(pool.next_retry()) << "the spawner would never retry the failed start";
+  children_.insert(children_.end(), started.begin(), started.end());
   pool.retire_all();
 }
 
@@ -296,7 +327,8 @@ TEST_F(WarmPoolTest, AStartThatCannotBeMadeIsRetried) {
                              ::setresuid(65534, 65534, 65534) != 0))
       ::_exit(9);
     PoolStats stats;
-    WarmPool pool(&stats, stand_in_worker);
+    ManualClock clock;
+    WarmPool pool(&stats, stand_in_worker, {}, kRefillDelay, clock.reader());
     pool.configure({entry(1)}, 0);
     rlimit old{};
     ::getrlimit(RLIMIT_NPROC, &old);
@@ -305,9 +337,12 @@ TEST_F(WarmPoolTest, AStartThatCannotBeMadeIsRetried) {
     std::vector<pid_t> started;
     pool.refill(started);
     if (!started.empty()) ::_exit(11);
-    if (!pool.next_retry()) ::_exit(12);  // would sleep until an unrelated event
+    if (pool.next_retry() != wake_after(kFirstRetryDelay)) ::_exit(12);  // or it would sleep until an unrelated event
     ::setrlimit(RLIMIT_NPROC, &old);
-    std::this_thread::sleep_for(*pool.next_retry());
+    clock.at += kFirstRetryDelay - milliseconds(1);
+    pool.refill(started);
+    if (!started.empty()) ::_exit(14);
+    clock.at += milliseconds(1);
     pool.refill(started);
     if (started.size() != 1) ::_exit(13);
     pool.retire_all();
@@ -318,7 +353,8 @@ TEST_F(WarmPoolTest, AStartThatCannotBeMadeIsRetried) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "9: setresuid, 10: setrlimit, 11: started anyway, 12: no wake-up, 13: not retried";
+      << "9: setresuid, 10: setrlimit, 11: started anyway, 12: no wake-up after kFirstRetryDelay, 13: not retried, "
+         "14: retried before the back-off was over";
 }
 
 }  // namespace
