@@ -3,11 +3,12 @@
 // a real sandbox with the default profile (or, with `# profile: egress`, a
 // profile with network egress whose rules are as tempting as an operator's
 // mistake could make them), once through `nsbox run` and once through the
-// HTTP node (whose warm pool serves most of them: a warm sandbox must stop
-// every attack a cold one does), and must report that it was stopped (or be stopped by a limit
-// where its header says so). The harness plants what an attacker
-// would look for on the host: a secret file, a loopback service, an abstract
-// unix socket, an environment variable, its own pid.
+// HTTP node, whose warm pool must serve every one of them (a warm sandbox
+// must stop every attack a cold one does), and must report that it was
+// stopped (or be stopped by a limit where its header says so); the attacks
+// that a fork server may serve run through one too. The harness plants what
+// an attacker would look for on the host: a secret file, a loopback service,
+// an abstract unix socket, an environment variable, its own pid.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
