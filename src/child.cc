@@ -20,7 +20,6 @@
 #include "nsbox/fd_passing.h"
 #include "nsbox/netns.h"
 #include "nsbox/seccomp.h"
-#include "nsbox/timens.h"
 
 namespace nsbox {
 
@@ -303,11 +302,6 @@ void run_sandbox_child(const ChildConfig& c) noexcept {
   }
   const char* step = nullptr;
   if (int err = c.caps->drop_bounding_and_lock(&step)) fail(c, step, "sandbox", err);
-  // The run's own clocks (docs/SECURITY.md, "Clocks"), made through the
-  // host's /proc while PID 1 still owns its /proc/self (a change of user
-  // makes it not dumpable). PID 1 enters the namespace too, so that a
-  // workload started in its memory (start_workload) is in it on any kernel.
-  if (int err = enter_own_time_namespace(&step)) fail(c, step, "time namespace", err);
   // Become the sandbox user first: files created while building /dev need an
   // owner mapped in this user namespace. The capabilities held in it stay
   // (uid 0 is not mapped here, so no setuid fixup applies, and it is locked off).

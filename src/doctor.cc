@@ -149,8 +149,8 @@ void check_namespaces(Report& r) {
     r.line(unpriv == "1" || ::geteuid() == 0, ::geteuid() != 0, "unprivileged user namespaces",
            "kernel.unprivileged_userns_clone=" + unpriv);
   const std::pair<int, const char*> kinds[] = {
-      {CLONE_NEWNS, "mount"}, {CLONE_NEWPID, "pid"},       {CLONE_NEWNET, "net"},   {CLONE_NEWIPC, "ipc"},
-      {CLONE_NEWUTS, "uts"},  {CLONE_NEWCGROUP, "cgroup"}, {CLONE_NEWTIME, "time"},
+      {CLONE_NEWNS, "mount"}, {CLONE_NEWPID, "pid"}, {CLONE_NEWNET, "net"},
+      {CLONE_NEWIPC, "ipc"},  {CLONE_NEWUTS, "uts"}, {CLONE_NEWCGROUP, "cgroup"},
   };
   int err = probe_unshare(CLONE_NEWUSER);
   r.line(err == 0, true, "user namespace", err ? std::strerror(err) : "created");

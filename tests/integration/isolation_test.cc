@@ -855,55 +855,6 @@ TEST(Isolation, TheHostsDomainNameIsNotSeen) {
   EXPECT_EQ(out, "(none)\n");
 }
 
-// What a run reads of the clocks that count from boot: /proc/uptime's first
-// figure, CLOCK_MONOTONIC, and how long ago /proc/stat's btime was.
-constexpr const char* kPrintClocks =
-    "import time\n"
-    "up = float(open('/proc/uptime').read().split()[0])\n"
-    "btime = int(next(l for l in open('/proc/stat') if l.startswith('btime ')).split()[1])\n"
-    "print(up, time.monotonic(), time.time() - btime)\n";
-
-// Each reading (seconds) is in [low, high).
-void expect_clocks_within(const std::string& out, double low, double high) {
-  std::istringstream in(out);
-  double uptime = -1, monotonic = -1, since_btime = -1;
-  ASSERT_TRUE(in >> uptime >> monotonic >> since_btime) << out;
-  for (const auto& [name, value] : {std::pair{"/proc/uptime", uptime}, std::pair{"CLOCK_MONOTONIC", monotonic},
-                                    std::pair{"now - btime", since_btime}}) {
-    EXPECT_GE(value, low) << name << "\n" << out;
-    EXPECT_LT(value, high) << name << "\n" << out;
-  }
-}
-
-// A run's clocks count from its start, not the host's boot (its own time
-// namespace), also when nsbox itself runs in a time namespace whose clocks
-// are far from the host's: PID 1 reads that namespace's offsets and makes
-// the run's relative to them.
-TEST(Isolation, ARunsClocksCountFromItsStartNotTheHostsBoot) {
-  const auto [code, out] = run_cli_merged({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", kPrintClocks}, {});
-  ASSERT_EQ(code, 0) << out;
-  expect_clocks_within(out, 1, 10);
-
-  if (::geteuid() != 0) GTEST_SKIP() << "making nsbox a time namespace of its own needs root";
-  // Ahead of the host's clocks, and behind them (to 20 s after boot).
-  const long long host_uptime = std::atoll(slurp("/proc/uptime").c_str());
-  ASSERT_GT(host_uptime, 30) << "this host booted just now: too soon to tell its clocks from a run's";
-  for (const long long offset : {1000000LL, 20 - host_uptime}) {
-    const std::string offsets = "1 " + std::to_string(offset) + " 0\n7 " + std::to_string(offset) + " 0\n";
-    const auto [nested_code, nested_out] =
-        run_cli_merged({"run", "--rootfs", test_rootfs(), "--", "python3", "-c", kPrintClocks}, [&offsets] {
-          // nsbox's own time namespace: it enters it at its execve.
-          if (::unshare(CLONE_NEWTIME) != 0) ::_exit(97);
-          const int fd = ::open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
-          if (fd < 0 || ::write(fd, offsets.data(), offsets.size()) != static_cast<ssize_t>(offsets.size()))
-            ::_exit(98);
-          ::close(fd);
-        });
-    ASSERT_EQ(nested_code, 0) << "nsbox in a time namespace with offsets " << offsets << nested_out;
-    expect_clocks_within(nested_out, 1, 10);
-  }
-}
-
 TEST(Isolation, NoHostFdLeaksIn) {
   // An fd the supervisor holds (here: a directory of the host) must not be
   // reachable from inside.

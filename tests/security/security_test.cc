@@ -223,17 +223,7 @@ class Bait {
             {"marker", marker_},
             {"ofd_lock_start", ofd_lock_start_},
             {"rootfs", std::filesystem::canonical(test_rootfs()).string()},
-            {"host_block_devices", host_block_devices()},
-            {"host_boot_time", host_boot_time()}};
-  }
-
-  // When the host booted, in wall-clock seconds (/proc/stat's btime).
-  static long long host_boot_time() {
-    std::istringstream in(slurp("/proc/stat"));
-    for (std::string line; std::getline(in, line);)
-      if (line.starts_with("btime ")) return std::stoll(line.substr(6));
-    ADD_FAILURE() << "no btime in the host's /proc/stat";
-    return 0;
+            {"host_block_devices", host_block_devices()}};
   }
 
   // Sources of the host's mounts that are device paths ("/dev/vda1").
