@@ -152,9 +152,53 @@ std::vector<std::string> list_subdirs(const std::string& dir) {
   return out;
 }
 
+// The boottime offset of this process's time namespace, in clock ticks
+// (/proc/self/timens_offsets; 0 on the host's, or on a kernel without time
+// namespaces).
+long long own_boottime_offset_ticks() {
+  static const long long ticks = [] {
+    std::string text;
+    if (!try_read_text("/proc/self/timens_offsets", &text)) return 0LL;
+    const long long hz = ::sysconf(_SC_CLK_TCK);
+    std::istringstream in(text);
+    std::string clock;
+    long long seconds = 0, nanoseconds = 0;
+    while (in >> clock >> seconds >> nanoseconds)
+      if (clock == "boottime" || clock == "7") return seconds * hz + nanoseconds * hz / 1000000000;
+    return 0LL;
+  }();
+  return ticks;
+}
+
 // Field 22 of /proc/<pid>/stat: the process's start time, which tells a live
-// process from a new one that reused its pid.
-std::string process_start_time(pid_t pid) { return proc_stat_field(pid, 22); }
+// process from a new one that reused its pid. The kernel shows it moved by
+// the reader's time namespace: it is taken back to the host's clock, so that
+// an nsbox in a time namespace of its own (a restored container's, say)
+// names its runs' owners as every other nsbox reads them, and does not take
+// a live owner for a dead one and sweep its runs.
+std::string process_start_time(pid_t pid) {
+  const std::string shown = proc_stat_field(pid, 22);
+  const long long offset = own_boottime_offset_ticks();
+  if (offset == 0 || shown.empty()) return shown;
+  try {
+    return std::to_string(std::stoll(shown) - offset);
+  } catch (const std::exception&) {
+    return shown;
+  }
+}
+
+// Whether two start times (process_start_time) are one process's. Taken
+// back from a time namespace whose offset is not whole ticks, one may be a
+// tick off the other; a pid is not reused within a tick of its last start.
+bool same_start_time(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  try {
+    const long long difference = std::stoll(a) - std::stoll(b);
+    return difference >= -1 && difference <= 1;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 std::map<std::string, std::string> cgroup_paths_of(pid_t pid) {
   // "0::/path" (v2) and "N:ctrl1,ctrl2:/path" (v1).
@@ -251,7 +295,7 @@ bool other_namespace_run_alive(const std::string& ns, const std::string& pid, co
   static PidNamespaces seen;
   std::lock_guard<std::mutex> lock(mutex);
   const auto is_owner = [&](const std::string& p) {
-    return innermost_pid(p) == pid && proc_stat_field(static_cast<pid_t>(std::stol(p)), 22) == start;
+    return innermost_pid(p) == pid && same_start_time(process_start_time(static_cast<pid_t>(std::stol(p))), start);
   };
   const auto owner_seen = [&] {
     if (!seen.listed) return true;
@@ -285,7 +329,7 @@ bool run_owner_alive(const std::string& run_name) {
   } catch (const std::exception&) {
     return true;
   }
-  return process_start_time(pid) == start;
+  return same_start_time(process_start_time(pid), start);
 }
 
 bool remove_when_empty(const std::string& dir, std::chrono::milliseconds wait) {

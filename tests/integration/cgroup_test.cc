@@ -415,6 +415,19 @@ TEST_F(Cgroups, StaleCgroupOfAKilledNsboxIsRemovedAtTheNextStart) {
   EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
 }
 
+// Starts argv (a program looked up in PATH) as a child; its pid.
+pid_t start_program(const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 // An nsbox in a pid namespace of its own (a container sharing the host's
 // cgroups and /tmp) names its runs by pids of that namespace: the sweep of
 // an nsbox outside it took them for a crashed nsbox's and killed a live
@@ -427,14 +440,7 @@ TEST_F(Cgroups, ALiveRunOfAnotherPidNamespaceIsNotSweptAndADeadOnesIs) {
       "unshare",     "--pid",    "--fork", "--mount-proc", nsbox,     "run", "--rootfs",
       test_rootfs(), "--memory", "64MiB",  "--",           "python3", "-c",  "import time; time.sleep(1000)",
       marker};
-  const pid_t unshare = ::fork();
-  if (unshare == 0) {
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    ::_exit(127);
-  }
+  const pid_t unshare = start_program(args);
   ASSERT_GT(unshare, 0);
   std::vector<pid_t> inner;
   struct KillOnExit {
@@ -488,6 +494,66 @@ TEST_F(Cgroups, ALiveRunOfAnotherPidNamespaceIsNotSweptAndADeadOnesIs) {
   r = run_cli({"run", "--rootfs", test_rootfs(), "--", "true"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   for (const auto& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d << " survived its gone namespace";
+}
+
+// An nsbox in a time namespace of its own (a restored container's) reads
+// every process's start time moved by that namespace's offset. Taken as
+// is, its sweep took another nsbox's live run for a crashed one's and
+// killed it, and the other nsbox did the same to its runs. Both read start
+// times back on the host's clock: live runs stay, a killed nsbox's go.
+TEST_F(Cgroups, AnNsboxInAnotherTimeNamespaceSweepsOnlyDeadRuns) {
+  const std::string nsbox = NSBOX_BINARY;
+  const std::vector<std::string> moved = {"unshare",   "--time",      "--fork",   "--boottime",
+                                          "123456789", "--monotonic", "123456789"};
+  for (const bool long_run_moved : {false, true}) {
+    SCOPED_TRACE(long_run_moved ? "the long run's nsbox is in the time namespace" : "the sweeping one is");
+    const std::string marker = unique_token("nsbox-other-timens-");
+    std::vector<std::string> long_run = {nsbox,   "run", "--rootfs", test_rootfs(), "--memory",
+                                         "64MiB", "--",  "python3",  "-c",          "import time; time.sleep(1000)",
+                                         marker};
+    std::vector<std::string> sweep = {nsbox, "run", "--rootfs", test_rootfs(), "--", "true"};
+    std::vector<std::string>& in_namespace = long_run_moved ? long_run : sweep;
+    in_namespace.insert(in_namespace.begin(), moved.begin(), moved.end());
+
+    const pid_t starter = start_program(long_run);
+    ASSERT_GT(starter, 0);
+    pid_t owner = long_run_moved ? 0 : starter;
+    struct KillOnExit {
+      const pid_t& starter;
+      const pid_t& owner;
+      ~KillOnExit() {
+        if (owner > 0) ::kill(owner, SIGKILL);
+        ::kill(starter, SIGKILL);
+      }
+    } kill_on_exit{starter, owner};
+    std::vector<std::string> dirs;
+    for (int i = 0; i < 2000 && dirs.empty(); ++i, ::usleep(10000)) {
+      if (owner == 0) {
+        const std::vector<pid_t> found = descendants_with_cmdline(starter, nsbox + " run");
+        if (found.empty()) continue;
+        owner = found[0];
+      }
+      dirs = run_cgroup_dirs(launcher().cgroup_host(), owner);
+    }
+    ASSERT_FALSE(dirs.empty()) << "the long run's cgroup never appeared";
+    ASSERT_TRUE(wait_for_process("python3 -c import time; time.sleep(1000) " + marker, 20000));
+
+    EXPECT_EQ(wait_cli(start_program(sweep)), 0);
+    for (const auto& d : dirs) EXPECT_EQ(::access(d.c_str(), F_OK), 0) << d << " was swept under a live run";
+    EXPECT_FALSE(host_pids_with_cmdline(marker).empty()) << "the other time namespace's sweep killed a live run";
+
+    // Killed without warning: then its runs are a crashed nsbox's.
+    ::kill(owner, SIGKILL);
+    ::kill(starter, SIGKILL);
+    wait_cli(starter);
+    EXPECT_TRUE(wait_for_no_process(marker, 5000)) << "the run outlived its killed nsbox";
+    // A zombie still has its start time: unshare's nsbox is reaped by init.
+    const std::string owner_proc = "/proc/" + std::to_string(owner);
+    for (int i = 0; i < 500 && ::access(owner_proc.c_str(), F_OK) == 0; ++i) ::usleep(10000);
+    ASSERT_NE(::access(owner_proc.c_str(), F_OK), 0) << "the killed nsbox was never reaped";
+    EXPECT_EQ(wait_cli(start_program(sweep)), 0);
+    for (const auto& d : dirs) EXPECT_NE(::access(d.c_str(), F_OK), 0) << d << " survived its killed nsbox";
+  }
 }
 
 // nsbox killed at every moment of a sandbox's setup, from just before its
