@@ -139,8 +139,8 @@ constexpr uint32_t kDefaultCpuWeight = 100;
 std::unique_ptr<RunCgroup> create_run_cgroup(const CgroupHost& host, const std::string& version,
                                              const CgroupLimits& limits, const std::string& run_name);
 
-// Name of this process's runs: "run-<pid>-<starttime>-<n>". A run cgroup
-// whose named process is gone (or has another start time) is stale.
+// Name of this process's runs: "run-<pid>-<starttime>-<n>-p<pid ns inode>".
+// A run whose named process is gone (or started at another time) is stale.
 std::string next_run_cgroup_name();
 
 // How long nsbox waits for the killed members of a run cgroup to go before
