@@ -258,18 +258,27 @@ TEST(PoolReload, ARootfsSwappedUnderTheNodeIsUsedAtOnceAndAReloadWarmsIt) {
   EXPECT_NE(node.log().find("no longer resolves to " + a), std::string::npos) << node.log();
   // The old key's idle sandboxes end (an operator, the OOM killer): none
   // is started again on the tree the name now points at.
+  // The idle gauge still counts ended or retired sandboxes until the
+  // spawner has seen them go, so each wait below is for new sandboxes
+  // made ready (refills) rather than for the gauge.
+  const double refills_before_kill = metric(node, "nsbox_pool_refills_total");
+  ASSERT_GE(refills_before_kill, 2) << node.log();
   for (pid_t init : descendants_with_cmdline(node.pid(), "nsbox-init")) ::kill(init, SIGKILL);
   std::this_thread::sleep_for(1s);
 
   point_at("tree.a");  // rolled back, no reload
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_refills_total", refills_before_kill + 2)) << node.log();
   EXPECT_EQ(runs(), (std::vector<json>{false, "warm", false, "warm"})) << "a sandbox of tree a's key built on tree b";
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();  // tree a's key full: it refills no more
 
+  const double refills_before_reload = metric(node, "nsbox_pool_refills_total");
   point_at("tree.b");
   ::kill(node.pid(), SIGHUP);
   for (int i = 0; i < 500 && node.log().find("reloaded") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
   ASSERT_NE(node.log().find("reloaded"), std::string::npos) << node.log();
-  ASSERT_TRUE(wait_metric(node, "nsbox_pool_idle", 2)) << node.log();
+  // "reloaded" is logged once the spawner was told; it retires tree a's
+  // sandboxes and starts tree b's after that.
+  ASSERT_TRUE(wait_metric(node, "nsbox_pool_refills_total", refills_before_reload + 2)) << node.log();
   EXPECT_EQ(runs(), (std::vector<json>{true, "warm", true, "warm"})) << "the reload warmed the new tree";
 }
 
